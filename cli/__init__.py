@@ -1,0 +1,1 @@
+"""The `lazymlx` command line (installed as `lazymlx.cli`): thin commands over the Python API."""

