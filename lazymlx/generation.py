@@ -48,6 +48,16 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
     return tokens
 
 
+def check_context(model: nn.Module, tokens_in_context: int) -> None:
+    """Refuse, before any work, a prompt longer than the model was trained to attend over."""
+    limit = getattr(getattr(model, "args", None), "max_position_embeddings", None)
+    if limit and tokens_in_context > limit:
+        raise LazymlxError(
+            f"the prompt needs {tokens_in_context} tokens of context but the model handles at most "
+            f"{limit}; shorten the prompt (or /clear the chat)"
+        )
+
+
 def _sampling(
     temp: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float | None
 ) -> dict[str, Any]:
@@ -83,6 +93,8 @@ def stream_generate(
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
+    cache = kwargs.get("prompt_cache")
+    check_context(model, tokens.size + (cache[0].offset if cache else 0))
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
     mx.reset_peak_memory()
     start = time.perf_counter()

@@ -34,7 +34,7 @@ def is_macos() -> bool:
     return sys.platform == "darwin"
 
 
-def _find_openblas() -> str | None:
+def find_openblas() -> str | None:
     chosen = os.environ.get(OPENBLAS_ENV)
     if chosen:
         return None if chosen.lower() in ("off", "0", "none") else chosen
@@ -48,7 +48,7 @@ def use_fast_blas() -> None:
     """Load OpenBLAS globally so MLX binds to it; a no-op off Linux or once MLX is loaded."""
     if not is_linux() or "mlx.core" in sys.modules or openblas_loaded():
         return
-    library = _find_openblas()
+    library = find_openblas()
     if library is None:
         return
     with contextlib.suppress(OSError):  # reported by blas_warning(): MLX keeps its slow BLAS

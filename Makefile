@@ -1,0 +1,41 @@
+# The README's two commands: `make chat` and `make test`. Each sets up what it needs first:
+# a virtual environment in .venv, the package, OpenBLAS on Linux, and the default model.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MODEL ?= smollm2-135m
+
+.PHONY: chat test setup openblas model lint
+
+chat: setup openblas model
+	$(BIN)/lazymlx chat --model $(MODEL)
+
+test: setup openblas model lint
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+# MLX's Linux wheel links reference BLAS; lazymlx binds the system OpenBLAS when it exists.
+openblas: setup
+	@if ! $(BIN)/python -c "import sys; from lazymlx import platform as p; sys.exit(0 if not p.is_linux() or p.find_openblas() else 1)"; then \
+	  echo "installing OpenBLAS (libopenblas0-pthread)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  if command -v apt-get >/dev/null && { [ -z "$$SUDO" ] || command -v sudo >/dev/null; }; then \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libopenblas0-pthread >/dev/null; \
+	  else \
+	    echo "warning: install OpenBLAS with your package manager; without it MLX matmuls are ~50x slower"; \
+	  fi; \
+	fi
+
+model: setup
+	$(BIN)/lazymlx models pull $(MODEL)

@@ -1,0 +1,201 @@
+"""The CLI through Typer's runner, the chat loop with scripted input, and real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lazymlx.cli import chat as chat_module
+from lazymlx.cli.app import app, main
+from lazymlx.cli.chat import repl
+from lazymlx.session import ChatSession
+
+runner = CliRunner()
+LAZYMLX = str(Path(sys.executable).parent / "lazymlx")
+
+
+def scripted(lines):
+    """A read_line that answers prompts from a list, raising what the list holds as exceptions."""
+    queue = list(lines)
+
+    def read_line(_prompt: str) -> str:
+        item = queue.pop(0) if queue else EOFError()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    return read_line
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+def test_help_lists_commands_without_importing_mlx():
+    code = (
+        "import sys\nfrom lazymlx.cli.app import main\n"
+        "for argv in (['--help'], ['chat', '--help'], ['models', 'list', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0\n"
+        "print('mlx.core' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "chat" in result.stdout and "generate" in result.stdout and "models" in result.stdout
+    assert result.stdout.strip().endswith("False")
+
+
+def test_generate_json(tiny_model_dir: Path):
+    result = runner.invoke(
+        app, ["generate", "-m", str(tiny_model_dir), "-p", "the cat", "--raw", "-n", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["prompt_tokens"] == 6  # the tiny tokenizer: t, he, Ġ, c, a, t
+    assert 1 <= data["generation_tokens"] <= 5
+    assert data["ttft_s"] > 0 and data["finish_reason"] in ("stop", "length")
+
+
+def test_generate_applies_the_chat_template_unless_raw(tiny_model_dir: Path):
+    templated = runner.invoke(app, ["generate", "-m", str(tiny_model_dir), "-p", "hi", "--json"])
+    raw = runner.invoke(app, ["generate", "-m", str(tiny_model_dir), "-p", "hi", "--raw", "--json"])
+    assert json.loads(templated.stdout)["prompt_tokens"] > json.loads(raw.stdout)["prompt_tokens"]
+
+
+def test_chat_one_shot_prints_the_answer_and_stats(tiny_model_dir: Path):
+    result = runner.invoke(app, ["chat", "-m", str(tiny_model_dir), "-p", "the cat", "-n", "4"])
+    assert result.exit_code == 0, result.output
+    assert "TTFT" in result.stderr and "peak memory" in result.stderr
+    assert "TTFT" not in result.stdout
+
+
+def test_models_list_shows_the_registry():
+    result = runner.invoke(app, ["models", "list"])
+    assert result.exit_code == 0
+    assert "smollm2-135m" in result.stdout
+
+
+def test_repl_survives_bad_commands_and_handles_multiline(tiny, capsys):
+    session = ChatSession(*tiny, max_tokens=3)
+    sent = []
+    original_send = session.send
+
+    def recording_send(text):
+        sent.append(text)
+        return original_send(text)
+
+    session.send = recording_send
+    repl(
+        session,
+        scripted(
+            [
+                "/help",
+                "/nope",
+                '"""',
+                "line one",
+                'line two"""',
+                KeyboardInterrupt(),
+                "the cat",
+                "/clear",
+                "   ",
+                "/bye",
+                "never read",
+            ]
+        ),
+    )
+    err = capsys.readouterr().err
+    assert "/clear" in err  # the help text
+    assert "unknown command /nope; type /help" in err
+    assert "use /bye or Ctrl-D to leave" in err
+    assert sent == ["line one\nline two", "the cat"]
+    assert err.count("TTFT") == 2
+    assert session.messages == []  # /clear came after both
+
+
+def test_repl_ends_on_ctrl_d(tiny):
+    session = ChatSession(*tiny, max_tokens=3)
+    repl(session, scripted([EOFError()]))
+    assert session.messages == []
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
+    session = ChatSession(*tiny, max_tokens=8)
+
+    calls = []
+
+    def interrupted_once(_text):
+        calls.append(_text)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(chat_module, "write_text", interrupted_once)
+    repl(session, scripted(["the cat", "/bye"]))
+    assert "answer stopped" in capsys.readouterr().err
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message", "code"),
+    [
+        (["chat", "-m", "no-such-model", "-p", "hi"], "unknown model 'no-such-model'", 1),
+        (["generate", "-p", "hi", "-m", "/nowhere/x.gguf"], "no such file or directory", 1),
+        (["chat", "--max-tokens", "0"], "Invalid value for '--max-tokens'", 2),
+        (["chat", "--temp", "hot"], "Invalid value for '--temp'", 2),
+        (["generate"], "Missing option '--prompt'", 2),
+        (["frobnicate"], "No such command 'frobnicate'", 2),
+        (["generate", "-p", "  "], "the prompt is empty", 1),
+        (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; known names: smollm2-135m", 1),
+    ],
+)
+def test_errors_are_one_line_without_traceback(capsys, argv, message, code):
+    exit_code, out, err = run_main(capsys, *argv)
+    assert exit_code == code
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.slow
+def test_real_subprocesses(tiny_model_dir: Path):
+    generated = subprocess.run(
+        [LAZYMLX, "generate", "-m", str(tiny_model_dir), "-p", "the", "--raw", "-n", "3", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert generated.returncode == 0, generated.stderr
+    assert json.loads(generated.stdout)["prompt_tokens"] == 2
+    piped = subprocess.run(
+        [LAZYMLX, "chat", "-m", str(tiny_model_dir), "-n", "3"],
+        input="the cat\n",
+        capture_output=True,
+        text=True,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "TTFT" in piped.stderr
+    failed = subprocess.run(
+        [LAZYMLX, "chat", "-m", "nope"], input="hi\n", capture_output=True, text=True
+    )
+    assert failed.returncode == 1
+    assert len(failed.stderr.strip().splitlines()) == 1
+    assert failed.stderr.startswith("error: unknown model 'nope'")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_chat_in_a_subprocess(real):
+    result = subprocess.run(
+        [LAZYMLX, "chat", "-n", "24"],
+        input="What is the capital of France?",
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+    assert "TTFT" in result.stderr

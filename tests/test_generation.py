@@ -1,0 +1,77 @@
+"""Baseline generation: mlx-lm's tokens, with TTFT and stats on every response."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+import lazymlx
+from lazymlx.errors import LazymlxError
+from lazymlx.generation import Response
+
+
+def test_stream_generate_yields_responses_with_ttft(tiny):
+    model, tokenizer = tiny
+    responses = list(lazymlx.stream_generate(model, tokenizer, "the cat sat", max_tokens=8))
+    assert 1 <= len(responses) <= 8
+    last = responses[-1]
+    assert isinstance(last, Response)
+    assert last.finish_reason in ("stop", "length")
+    assert last.prompt_tokens == len(tokenizer.encode("the cat sat"))
+    assert all(r.ttft_s == responses[0].ttft_s > 0 for r in responses)
+    assert last.peak_memory > 0 and last.generation_tps > 0
+
+
+def test_greedy_tokens_equal_mlx_lm(tiny):
+    model, tokenizer = tiny
+    prompt = tokenizer.encode("in the beginning")
+    ours = [r.token for r in lazymlx.stream_generate(model, tokenizer, prompt, max_tokens=16)]
+    theirs = [t for t, _ in generate_step(mx.array(prompt), model, max_tokens=16)]
+    eos = tokenizer.eos_token_ids
+    expected = theirs[: next((i + 1 for i, t in enumerate(theirs) if t in eos), len(theirs))]
+    assert ours == expected
+
+
+def test_generate_returns_the_streamed_text(tiny):
+    model, tokenizer = tiny
+    text = lazymlx.generate(model, tokenizer, "the", max_tokens=6)
+    streamed = "".join(
+        r.text for r in lazymlx.stream_generate(model, tokenizer, "the", max_tokens=6)
+    )
+    assert text == streamed
+
+
+def test_sampling_with_temperature_is_seeded(tiny):
+    model, tokenizer = tiny
+    runs = []
+    for _ in range(2):
+        mx.random.seed(7)
+        runs.append(lazymlx.generate(model, tokenizer, "the", max_tokens=6, temp=1.0, top_p=0.9))
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt": "", "max_tokens": 4}, "the prompt is empty"),
+        ({"prompt": "hi", "max_tokens": 0}, "max_tokens must be at least 1"),
+        ({"prompt": "hi", "temp": -1.0}, "temperature must be >= 0"),
+        ({"prompt": "hi", "top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"prompt": mx.zeros((2, 3), dtype=mx.uint32)}, "batch size 1"),
+        ({"prompt": [5] * 2049}, "needs 2049 tokens of context but the model handles at most 2048"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(tiny, kwargs, message):
+    model, tokenizer = tiny
+    with pytest.raises(LazymlxError, match=message):
+        lazymlx.generate(model, tokenizer, **kwargs)
+
+
+@pytest.mark.real_model
+def test_real_model_knows_the_capital_of_france(real):
+    model, tokenizer = real
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
+    )
+    assert "Paris" in lazymlx.generate(model, tokenizer, prompt, max_tokens=24)
