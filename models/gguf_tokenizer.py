@@ -1,7 +1,8 @@
 """Build a Hugging Face fast tokenizer from GGUF metadata, without torch.
 
 transformers can read a GGUF tokenizer only through torch; the `tokenizers` library alone is
-enough to rebuild a byte-level BPE tokenizer from the vocabulary, merges and token types.
+enough to rebuild the two BPE kinds Llama-family GGUFs carry: byte-level (vocabulary + merges)
+and SentencePiece (vocabulary + scores, with byte fallback).
 """
 
 from __future__ import annotations
@@ -10,11 +11,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from lazymlx.errors import LazymlxError
 
-CONTROL_TOKEN = 3  # GGUF token type of special tokens (<|im_start|>, <|eot_id|>, ...)
+UNKNOWN_TOKEN = 2  # GGUF token types: <unk>
+CONTROL_TOKEN = 3  # special tokens (<|im_start|>, <s>, <|eot_id|>, ...)
 USER_DEFINED_TOKEN = 4
 
 _LLAMA3_SPLIT = (
@@ -42,31 +53,87 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     )
 
 
-def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
-    kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise LazymlxError(
-            f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2'); "
-            "use the model's mlx-community version instead"
-        )
+def _byte_level_bpe(metadata: dict[str, Any]) -> Tokenizer:
+    """GPT-2 style tokenizers (SmolLM2, Llama 3): merges are stored, text is split by a regex."""
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ")) for m in metadata["tokenizer.ggml.merges"]]
     pre = metadata.get("tokenizer.ggml.pre", "default")
     tokenizer = Tokenizer(
         models.BPE(
             vocab={token: i for i, token in enumerate(tokens)},
-            merges=merges,
+            merges=[tuple(m.split(" ")) for m in metadata["tokenizer.ggml.merges"]],
             ignore_merges=pre in ("llama-bpe", "llama3"),
         )
     )
     tokenizer.pre_tokenizer = _pre_tokenizer(pre)
     tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tokenizer
+
+
+def _sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """SentencePiece BPE stores piece scores, not merges: a piece that splits into two known
+    pieces is a merge, and a higher score merges earlier (as transformers' converter does)."""
+    ids = {token: i for i, token in enumerate(tokens)}
+    merges = []
+    for token, score in zip(tokens, scores, strict=True):
+        pairs = [(token[:i], token[i:]) for i in range(1, len(token))]
+        known = [(left, right) for left, right in pairs if left in ids and right in ids]
+        merges += [(-score, ids[left], ids[right], left, right) for left, right in known]
+    return [(left, right) for *_, left, right in sorted(merges)]
+
+
+def _sentencepiece_bpe(metadata: dict[str, Any]) -> Tokenizer:
+    """Llama 2 / Mistral style: '▁' for spaces, unknown characters fall back to byte tokens."""
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    unknown = tokens[metadata.get("tokenizer.ggml.unknown_token_id", 0)]
+    tokenizer = Tokenizer(
+        models.BPE(
+            vocab={token: i for i, token in enumerate(tokens)},
+            merges=_sentencepiece_merges(tokens, scores),
+            unk_token=unknown,
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
+    space_prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
+    replace_spaces = normalizers.Replace(" ", "▁")
+    tokenizer.normalizer = (
+        normalizers.Sequence([normalizers.Prepend("▁"), replace_spaces])
+        if space_prefix
+        else replace_spaces
+    )
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    tokenizer.decoder = decoders.Sequence(
+        steps + [decoders.Strip(content=" ", left=1, right=0)] if space_prefix else steps
+    )
+    return tokenizer
+
+
+def _adds_bos(metadata: dict[str, Any]) -> bool:
+    """SentencePiece Llamas prepend <s> unless the file says otherwise; byte-level BPEs don't."""
+    default = metadata.get("tokenizer.ggml.model") == "llama"
+    return bool(metadata.get("tokenizer.ggml.add_bos_token", default))
+
+
+_BUILDERS = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
+
+
+def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind not in _BUILDERS:
+        raise LazymlxError(
+            f"GGUF tokenizer model {kind!r} is not supported (supported: {', '.join(_BUILDERS)}); "
+            "use the model's mlx-community version instead"
+        )
+    tokenizer = _BUILDERS[kind](metadata)
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     token_types = metadata.get("tokenizer.ggml.token_type", [])
     tokenizer.add_special_tokens(
         [
             AddedToken(tokens[i], special=True, normalized=False)
             for i, kind in enumerate(token_types)
-            if kind == CONTROL_TOKEN
+            if kind in (UNKNOWN_TOKEN, CONTROL_TOKEN)
         ]
     )
     tokenizer.add_tokens(
@@ -77,13 +144,11 @@ def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
         ]
     )
     bos_id = metadata.get("tokenizer.ggml.bos_token_id")
-    if metadata.get("tokenizer.ggml.add_bos_token", False) and bos_id is not None:
+    if _adds_bos(metadata) and bos_id is not None:
         bos = tokens[bos_id]
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1", special_tokens=[(bos, bos_id)]
         )
-    else:
-        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     return tokenizer
 
 
@@ -98,7 +163,7 @@ def tokenizer_config(metadata: dict[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
-        "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token", False)),
+        "add_bos_token": _adds_bos(metadata),
         "bos_token": token("bos"),
         "eos_token": token("eos"),
         "unk_token": token("unknown"),

@@ -123,9 +123,9 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path: Path):
 
 
 def test_unsupported_tokenizer_is_a_clear_error(tmp_path: Path):
-    path = tmp_path / "spm.gguf"
-    write_tiny_gguf(path, **{"tokenizer.ggml.model": "llama"})
-    with pytest.raises(LazymlxError, match="tokenizer model 'llama' is not supported"):
+    path = tmp_path / "wordpiece.gguf"
+    write_tiny_gguf(path, **{"tokenizer.ggml.model": "bert"})
+    with pytest.raises(LazymlxError, match="tokenizer model 'bert' is not supported"):
         convert_gguf(path, tmp_path / "out", dequantize=True)
     assert not (tmp_path / "out").exists()
 
