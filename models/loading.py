@@ -33,8 +33,8 @@ def _known_inputs() -> str:
     )
 
 
-def pull(name: str, *, install: bool = True, progress: Progress | None = None) -> Path:
-    """Obtain (install its wheel if allowed) and convert a registry model; returns its directory."""
+def registry_model_dir(name: str, progress: Progress | None = None) -> Path:
+    """A registry model's directory, converted on first use from its installed wheel."""
     if name not in REGISTRY:
         raise LazymlxError(f"unknown model {name!r}; known names: {', '.join(REGISTRY)}")
     target = converted_dir(name)
@@ -43,11 +43,9 @@ def pull(name: str, *, install: bool = True, progress: Progress | None = None) -
     source = REGISTRY[name]
     gguf = source.gguf_path()
     if gguf is None:
-        if not install:
-            raise LazymlxError(
-                f"model {name!r} is not available locally; run `lazymlx models pull {name}`"
-            )
-        gguf = source.install()
+        raise LazymlxError(
+            f"model {name!r} is not available locally; run `lazymlx models pull {name}`"
+        )
     return convert_gguf(gguf, target, dequantize=not keep_quantized(), progress=progress)
 
 
@@ -80,7 +78,7 @@ def _from_hub(repo_id: str) -> Path:
 def resolve(name_or_path: str, progress: Progress | None = None) -> Path:
     """The local mlx-lm model directory for what the user named, converting a GGUF on first use."""
     if name_or_path in REGISTRY:
-        return pull(name_or_path, install=False, progress=progress)
+        return registry_model_dir(name_or_path, progress=progress)
     path = Path(name_or_path).expanduser()
     if path.is_file():
         if path.suffix != ".gguf":
