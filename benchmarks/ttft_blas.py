@@ -17,30 +17,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-FILLER = (
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-)
 CONFIGS = {"OpenBLAS": {}, "reference BLAS": {"LAZYMLX_OPENBLAS": "off"}}
-
-
-def passkey_prompt(tokenizer, length: int, passkey: str = "68217") -> str:
-    key_line = f"The pass key is {passkey}. Remember it. {passkey} is the pass key. "
-    question = "What is the pass key? The pass key is"
-    per_filler = len(tokenizer.encode(FILLER))
-    fixed = len(tokenizer.encode(key_line + question))
-    repeats = max(2, (length - fixed) // per_filler)
-    half = repeats // 2
-    return FILLER * half + key_line + FILLER * (repeats - half) + question
 
 
 def measure(prompt_len: int, gen_len: int) -> dict:
     import lazymlx
     from lazymlx.platform import blas_name
+    from lazymlx.prompts import passkey_prompt
 
     model, tokenizer = lazymlx.load()
     prompt = passkey_prompt(tokenizer, prompt_len)
     text, last = "", None
-    for last in lazymlx.stream_generate(model, tokenizer, prompt, max_tokens=gen_len):
+    for last in lazymlx.stream_generate(model, tokenizer, prompt.text, max_tokens=gen_len):
         text += last.text
     return {
         "blas": blas_name(),
@@ -51,7 +39,7 @@ def measure(prompt_len: int, gen_len: int) -> dict:
         "generation_tokens": last.generation_tokens,
         "peak_memory_gb": last.peak_memory,
         "answer": text,
-        "correct": "68217" in text,
+        "correct": prompt.correct(text),
     }
 
 

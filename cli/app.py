@@ -17,6 +17,7 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
+from lazymlx.config import PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import DEFAULT_MODEL
 
@@ -45,6 +46,19 @@ Temperature = Annotated[
 ]
 TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
 System = Annotated[str | None, typer.Option("--system", "-s", help="System prompt.")]
+Lazy = Annotated[
+    str,
+    typer.Option(
+        "--lazy",
+        help=f"LazyLLM pruning preset: {', '.join(PRESETS)}. 'off' runs stock mlx-lm.",
+    ),
+]
+
+
+def _lazy_config(preset: str) -> LazyConfig | None:
+    """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline)."""
+    config = LazyConfig.preset(preset)
+    return None if preset == "off" else config
 
 
 def _load(model: str):
@@ -64,6 +78,7 @@ def chat(
     prompt: Annotated[
         str | None, typer.Option("--prompt", "-p", help="Answer this one message and exit.")
     ] = None,
+    lazy: Lazy = "default",
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     from lazymlx.cli.chat import answer, repl
@@ -73,8 +88,14 @@ def chat(
         prompt = sys.stdin.read()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
+    config = _lazy_config(lazy)
     session = ChatSession(
-        *_load(model), system=system, max_tokens=max_tokens, temp=temp, top_p=top_p
+        *_load(model),
+        system=system,
+        lazy=config,
+        max_tokens=max_tokens,
+        temp=temp,
+        top_p=top_p,
     )
     if prompt is not None:
         answer(session, prompt.strip())
@@ -98,6 +119,7 @@ def generate(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object with text and stats.")
     ] = False,
+    lazy: Lazy = "default",
 ) -> None:
     """Generate a completion for one prompt."""
     from lazymlx.cli.chat import stats_line
@@ -107,6 +129,7 @@ def generate(
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise LazymlxError("the prompt is empty; pass text with -p")
+    config = _lazy_config(lazy)
     loaded_model, tokenizer = _load(model)
     tokens: str | list[int] = prompt
     if not raw:
@@ -119,7 +142,7 @@ def generate(
         tokens = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
     text, last = [], None
     for last in stream_generate(
-        loaded_model, tokenizer, tokens, max_tokens, temp=temp, top_p=top_p
+        loaded_model, tokenizer, tokens, max_tokens, temp=temp, top_p=top_p, lazy=config
     ):
         text.append(last.text)
         if not as_json:
@@ -135,6 +158,8 @@ def generate(
             "generation_tps": last.generation_tps,
             "peak_memory_gb": last.peak_memory,
             "finish_reason": last.finish_reason,
+            "lazy": lazy,
+            "prefill_fraction": last.lazy.prefill_fraction if last.lazy else 1.0,
         }
         write_text(json.dumps(result) + "\n")
     else:

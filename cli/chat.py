@@ -20,9 +20,14 @@ ReadLine = Callable[[str], str]
 
 
 def stats_line(response: Response) -> str:
+    lazy = (
+        f" · prefill computed {response.lazy.prefill_fraction:.0%} of the prompt's layer work"
+        if response.lazy
+        else ""
+    )
     return (
         f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok, "
-        f"{response.prompt_tps:.1f} tok/s · generation {response.generation_tokens} tok, "
+        f"{response.prompt_tps:.1f} tok/s{lazy} · generation {response.generation_tokens} tok, "
         f"{response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
     )
 

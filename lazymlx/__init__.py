@@ -1,6 +1,7 @@
 """lazymlx: on-device LLM inference on MLX, with LazyLLM token pruning for a faster first token.
 
-The public API is `load`, `generate` and `stream_generate`. They are imported on first use so that
+The public API is `load`, `generate`, `stream_generate`, `LazyConfig` (the pruning schedule) and
+`LazyState` (the engine's context, kept across chat turns). They are imported on first use so that
 `import lazymlx` (and `lazymlx --help`) stays fast and so the fast BLAS is bound before MLX loads.
 """
 
@@ -19,17 +20,21 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["load", "generate", "stream_generate"]
+__all__ = ["load", "generate", "stream_generate", "LazyConfig", "LazyState"]
 
 _PUBLIC = {
     "load": "lazymlx.models.loading",
     "generate": "lazymlx.generation",
     "stream_generate": "lazymlx.generation",
+    "LazyConfig": "lazymlx.config",
+    "LazyState": "lazymlx.state",
 }
 
 if TYPE_CHECKING:
+    from lazymlx.config import LazyConfig
     from lazymlx.generation import generate, stream_generate
     from lazymlx.models.loading import load
+    from lazymlx.state import LazyState
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,9 @@
-"""Text generation with time-to-first-token measured; mlx-lm does the work (the baseline path)."""
+"""Text generation behind one stream_generate: stock mlx-lm, or the LazyLLM engine.
+
+Both paths time the first token the same way and yield mlx-lm GenerationResponses. The lazy path
+runs its own prefill (pruning needs the last prompt token's attention at every pruning layer, which
+mlx-lm's chunked prefill never computes) and reuses mlx-lm's samplers and logits processors.
+"""
 
 from __future__ import annotations
 
@@ -14,19 +19,53 @@ from mlx_lm.generate import stream_generate as mlx_lm_stream_generate
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx import engine
+from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
+from lazymlx.state import LazyState
 
 Prompt = str | Sequence[int] | mx.array
 
 
+@dataclass(frozen=True)
+class LazyStats:
+    """What the engine computed, counted from its state (never estimated).
+
+    prefill_fraction: (prompt token, layer) pairs computed in the prompt step ÷ (prompt tokens ×
+        layers). cumulative_fraction: the same pairs counted over the generation so far, revivals
+        included. max_pair_count: most times any (token, layer) pair was computed; 1 by design.
+    """
+
+    prefill_fraction: float
+    cumulative_fraction: float
+    max_pair_count: int
+    kept_per_layer: tuple[int, ...]
+    kv_bytes: int
+    aux_bytes: int
+
+    @classmethod
+    def of(cls, state: LazyState, prompt: slice, prompt_pairs: int) -> LazyStats:
+        total = (prompt.stop - prompt.start) * state.num_layers
+        return cls(
+            prefill_fraction=prompt_pairs / total,
+            cumulative_fraction=int(state.pair_count[prompt].sum()) / total,
+            max_pair_count=int(state.pair_count.max(initial=0)),
+            kept_per_layer=tuple(state.last_step.present),
+            kv_bytes=state.kv_bytes,
+            aux_bytes=state.aux_bytes,
+        )
+
+
 @dataclass
 class Response(GenerationResponse):
-    """mlx-lm's GenerationResponse plus the time to the first token.
+    """mlx-lm's GenerationResponse plus the time to the first token and the engine's counts.
 
     ttft_s: wall time from the call (prompt already tokenized) to the first token evaluated.
+    lazy: the engine's counts after this token; None on the stock mlx-lm path.
     """
 
     ttft_s: float = 0.0
+    lazy: LazyStats | None = None
 
 
 def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
@@ -82,11 +121,14 @@ def stream_generate(
     top_k: int = 0,
     min_p: float = 0.0,
     repetition_penalty: float | None = None,
+    lazy: LazyConfig | None = None,
     **kwargs: Any,
 ) -> Iterator[Response]:
     """Yield a Response per generated token; the last one has `finish_reason` set.
 
-    Extra keyword arguments (prompt_cache, prefill_step_size, ...) go to mlx-lm's generate_step.
+    lazy: None runs stock mlx-lm; a LazyConfig runs the LazyLLM engine. `prompt_cache` carries
+    context between calls: an mlx-lm cache list on the stock path, a LazyState on the lazy one.
+    Other keyword arguments (prefill_step_size, ...) go to mlx-lm's generate_step.
     """
     if max_tokens < 1:
         raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -94,15 +136,89 @@ def stream_generate(
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
     cache = kwargs.get("prompt_cache")
-    check_context(model, tokens.size + (cache[0].offset if cache else 0))
+    if cache is not None and isinstance(cache, LazyState) != (lazy is not None):
+        raise LazymlxError(
+            "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
+        )
+    cached = cache.offset if isinstance(cache, LazyState) else cache[0].offset if cache else 0
+    check_context(model, tokens.size + cached)
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
     mx.reset_peak_memory()
+    if lazy is not None:
+        state = cache if cache is not None else LazyState(model)
+        state.check_memory(tokens.size + state.offset + max_tokens)
+        yield from _lazy_responses(state, tokenizer, tokens.tolist(), max_tokens, lazy, **kwargs)
+        return
     start = time.perf_counter()
     ttft = None
     for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
         if ttft is None:
             ttft = time.perf_counter() - start
         yield Response(**vars(response), ttft_s=ttft)
+
+
+def _lazy_responses(
+    state: LazyState,
+    tokenizer: TokenizerWrapper,
+    prompt: list[int],
+    max_tokens: int,
+    config: LazyConfig,
+    sampler: Any,
+    logits_processors: list[Any],
+    **unused: Any,
+) -> Iterator[Response]:
+    """mlx-lm's stream_generate loop over engine steps: the same tokens, texts and statistics."""
+    unused.pop("prompt_cache", None)
+    if unused:
+        raise LazymlxError(f"not supported with lazy=: {', '.join(sorted(unused))}")
+    keep = config.pruning_layers(state.num_layers)
+    prompt_range = slice(state.offset, state.offset + len(prompt))
+    history = mx.array(state.tokens + prompt, dtype=mx.uint32)
+
+    def sample(logits: mx.array) -> tuple[int, mx.array]:
+        nonlocal history
+        logits = logits[None]
+        for processor in logits_processors:
+            logits = processor(history, logits)
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        token = sampler(logprobs).item()
+        history = mx.concatenate([history, mx.array([token], dtype=mx.uint32)])
+        return token, logprobs[0]
+
+    start = time.perf_counter()
+    token, logprobs = sample(engine.step(state, prompt, keep, config.keep_first))
+    ttft = time.perf_counter() - start
+    prompt_pairs = int(state.pair_count[prompt_range].sum())
+    decode_keep, revive = (keep, True) if config.decode == "lazy" else ({}, False)
+    detokenizer = tokenizer.detokenizer
+    detokenizer.reset()
+    tic = time.perf_counter()
+    for n in range(max_tokens):
+        stop = token in tokenizer.eos_token_ids
+        if not stop:
+            detokenizer.add_token(token)
+        last = stop or n + 1 == max_tokens
+        if last:
+            detokenizer.finalize()
+        yield Response(
+            text=detokenizer.last_segment,
+            token=token,
+            logprobs=logprobs,
+            from_draft=False,
+            prompt_tokens=len(prompt),
+            prompt_tps=len(prompt) / ttft,
+            generation_tokens=n + 1,
+            generation_tps=(n + 1) / (time.perf_counter() - tic),
+            peak_memory=mx.get_peak_memory() / 1e9,
+            finish_reason=("stop" if stop else "length") if last else None,
+            ttft_s=ttft,
+            lazy=LazyStats.of(state, prompt_range, prompt_pairs),
+        )
+        if last:
+            return
+        token, logprobs = sample(
+            engine.step(state, [token], decode_keep, config.keep_first, revive)
+        )
 
 
 def generate(model: nn.Module, tokenizer: TokenizerWrapper, prompt: Prompt, **kwargs: Any) -> str:

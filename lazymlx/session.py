@@ -2,7 +2,8 @@
 
 Each turn renders the whole conversation with the chat template, keeps the longest cached prefix
 of it and prefills only the rest, so a reply costs its own tokens, not the whole history, and a
-turn cut short (Ctrl-C) or a re-tokenized answer only costs the tokens that differ.
+turn cut short (Ctrl-C) or a re-tokenized answer only costs the tokens that differ. With a lazy
+config the context is a LazyState, so tokens pruned in earlier turns can be revived in later ones.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import common_prefix_len
 
+from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response, stream_generate
+from lazymlx.state import LazyState
 
 
 class ChatSession:
@@ -25,13 +28,14 @@ class ChatSession:
         model: nn.Module,
         tokenizer: TokenizerWrapper,
         system: str | None = None,
+        lazy: LazyConfig | None = None,
         **generation: Any,
     ) -> None:
         if tokenizer.chat_template is None:
             raise LazymlxError(
                 "this model's tokenizer has no chat template; use `lazymlx generate --raw`"
             )
-        self.model, self.tokenizer, self.system = model, tokenizer, system
+        self.model, self.tokenizer, self.system, self.lazy = model, tokenizer, system, lazy
         self.generation = generation  # max_tokens, temp, ... for every turn
         self.clear()
 
@@ -39,15 +43,21 @@ class ChatSession:
         self.messages: list[dict[str, str]] = []
         if self.system:
             self.messages.append({"role": "system", "content": self.system})
-        self.cache = make_prompt_cache(self.model)
+        self.cache: LazyState | list[Any] = (
+            LazyState(self.model) if self.lazy else make_prompt_cache(self.model)
+        )
         self.cached_tokens: list[int] = []  # the tokens whose keys/values self.cache holds
 
     def _tokens_to_feed(self) -> list[int]:
         tokens = list(self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
-        offset = self.cache[0].offset
+        lazy = isinstance(self.cache, LazyState)
+        offset = self.cache.offset if lazy else self.cache[0].offset
         # keep at least one token to feed: the model must see the last prompt token to answer
         keep = min(common_prefix_len(self.cached_tokens[:offset], tokens), len(tokens) - 1)
-        trim_prompt_cache(self.cache, offset - keep)
+        if lazy:
+            self.cache.trim(keep)
+        else:
+            trim_prompt_cache(self.cache, offset - keep)
         self.cached_tokens = tokens
         return tokens[keep:]
 
@@ -59,7 +69,12 @@ class ChatSession:
         generated: list[int] = []
         try:
             for response in stream_generate(
-                self.model, self.tokenizer, new_tokens, prompt_cache=self.cache, **self.generation
+                self.model,
+                self.tokenizer,
+                new_tokens,
+                prompt_cache=self.cache,
+                lazy=self.lazy,
+                **self.generation,
             ):
                 reply.append(response.text)
                 generated.append(response.token)

@@ -12,7 +12,9 @@ import gguf
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.generate import generate_step
 
+import lazymlx.engine
 from lazymlx.models.gguf import GGUF_BLOCK_NAMES, GGUF_TOP_LEVEL_NAMES, hf_name
 from lazymlx.models.registry import DEFAULT_MODEL, MODELS_DIR_ENV, REGISTRY
 from lazymlx.models.tiny import random_weights, tiny_config, tokenizer_metadata, write_tiny_model
@@ -177,3 +179,52 @@ def real_gguf() -> Path:
 def real(real_gguf: Path):
     """The real default model, converted once per test session into the isolated models dir."""
     return lazymlx.load(DEFAULT_MODEL)
+
+
+def random_model(model_type: str = "llama", num_layers: int = 6, seed: int = 0, **overrides):
+    """An mlx-lm model of a supported family with random weights (no tokenizer, for the engine)."""
+    from mlx_lm.models import llama, qwen2, qwen3
+
+    args = {
+        "model_type": model_type,
+        "hidden_size": 64,
+        "num_hidden_layers": num_layers,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": 300,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    } | overrides
+    module = {"llama": llama, "mistral": llama, "qwen2": qwen2, "qwen3": qwen3}[model_type]
+    if model_type == "qwen3":
+        args.setdefault("head_dim", 16)
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs(**args))
+    mx.eval(model.parameters())
+    return model
+
+
+def random_tokens(count: int, seed: int = 0, vocab: int = 300) -> list[int]:
+    return np.random.default_rng(seed).integers(3, vocab, size=count).tolist()
+
+
+def engine_greedy(model, prompt: list[int], steps: int, config, state=None):
+    """Greedy decoding straight on the engine: (tokens, log-probabilities per step)."""
+    state = state or lazymlx.LazyState(model)
+    keep = config.pruning_layers(len(model.layers))
+    decode_keep, revive = (keep, True) if config.decode == "lazy" else ({}, False)
+    logits = lazymlx.engine.step(state, prompt, keep, config.keep_first)
+    tokens, logprobs = [], []
+    for _ in range(steps):
+        logprobs.append(logits - mx.logsumexp(logits))
+        tokens.append(int(mx.argmax(logits).item()))
+        logits = lazymlx.engine.step(state, [tokens[-1]], decode_keep, config.keep_first, revive)
+    return tokens, logprobs
+
+
+def stock_greedy(model, prompt: list[int], steps: int):
+    pairs = list(generate_step(mx.array(prompt), model, max_tokens=steps))
+    return [t for t, _ in pairs], [lp for _, lp in pairs]

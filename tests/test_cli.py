@@ -63,6 +63,21 @@ def test_generate_json(tiny_model_dir: Path):
     assert data["ttft_s"] > 0 and data["finish_reason"] in ("stop", "length")
 
 
+def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
+    fractions = {}
+    for preset in ("default", "off"):
+        result = runner.invoke(
+            app,
+            ["generate", "-m", str(tiny_model_dir), "-p", "the cat " * 40, "--raw", "-n", "3"]
+            + ["--json", "--lazy", preset],
+        )
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["lazy"] == preset
+        fractions[preset] = data["prefill_fraction"]
+    assert fractions["off"] == 1.0 and fractions["default"] < 0.9
+
+
 def test_generate_applies_the_chat_template_unless_raw(tiny_model_dir: Path):
     templated = runner.invoke(app, ["generate", "-m", str(tiny_model_dir), "-p", "hi", "--json"])
     raw = runner.invoke(app, ["generate", "-m", str(tiny_model_dir), "-p", "hi", "--raw", "--json"])
@@ -152,6 +167,7 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
         (["frobnicate"], "No such command 'frobnicate'", 2),
         (["generate", "-p", "  "], "the prompt is empty", 1),
         (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; known names: smollm2-135m", 1),
+        (["chat", "--lazy", "fast", "-p", "hi"], "unknown lazy preset 'fast'; choose one of", 1),
     ],
 )
 def test_errors_are_one_line_without_traceback(capsys, argv, message, code):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import lazymlx
+from lazymlx import LazyConfig, LazyState
 from lazymlx.session import ChatSession
+
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)))
 
 
 def fresh_answer(model, tokenizer, messages, max_tokens):
@@ -49,3 +54,34 @@ def test_clear_forgets_the_conversation_but_keeps_the_system_prompt(tiny):
     assert session.cache[0].offset == 0
     reply = list(session.send("the cat"))
     assert [r.token for r in reply] == fresh_answer(model, tokenizer, session.messages[:-1], 4)
+
+
+def test_lazy_turns_extend_one_state_and_can_revive_earlier_turns(tiny):
+    model, tokenizer = tiny
+    session = ChatSession(model, tokenizer, lazy=PRUNING, max_tokens=4)
+    session.cache.record = True
+    list(session.send("the cat sat on the mat " * 8))
+    first_turn = session.cache.offset
+    depth_after_first = session.cache.depth.copy()
+    assert (depth_after_first < session.cache.num_layers).any()  # some tokens were pruned
+    second = list(session.send("where did the cat sit? " * 4))
+    assert second[-1].prompt_tokens < session.cache.offset - first_turn + 8  # only the new turn
+    assert second[-1].lazy.max_pair_count == 1
+    revived = session.cache.depth[:first_turn] > depth_after_first[:first_turn]
+    assert revived.any()  # tokens pruned in turn 1 were computed again from their Aux slots
+
+
+def test_lazy_reply_cut_short_and_clear(tiny):
+    model, tokenizer = tiny
+    session = ChatSession(model, tokenizer, lazy=PRUNING, max_tokens=8)
+    stream = session.send("the cat")
+    next(stream)
+    stream.close()
+    reply = list(session.send("in the"))
+    assert reply[-1].lazy.max_pair_count == 1
+    assert session.cache.offset <= len(session.cached_tokens)
+    np.testing.assert_array_equal(
+        session.cache.tokens, session.cached_tokens[: session.cache.offset]
+    )
+    session.clear()
+    assert isinstance(session.cache, LazyState) and session.cache.offset == 0

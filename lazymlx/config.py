@@ -1,0 +1,86 @@
+"""The pruning schedule: which layers prune, how much they keep, and what decoding does.
+
+Depths are fractions of the model's layer count so one schedule fits SmolLM2's 30 layers and a
+7B model's 32 alike; `pruning_layers` turns them into layer indices for a given model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lazymlx.errors import LazymlxError
+
+DECODE_MODES = {
+    "lazy": "every decode step re-selects tokens by the new token's attention and revives any it "
+    "needs (the paper's behaviour)",
+    "full": "decode attends to all cached keys and values and revives nothing",
+}
+
+
+@dataclass(frozen=True)
+class LazyConfig:
+    """A LazyLLM schedule.
+
+    schedule: (depth fraction, keep ratio) pairs. At layer floor(depth × layers) the tokens present
+        are ranked by the last token's head-averaged attention and the top ceil(ratio × n) go on.
+        Ratios compound: (0.25, 0.5), (0.5, 0.5) leaves a quarter of the tokens after mid-depth.
+    keep_first: the first tokens (attention sinks) are never pruned.
+    decode: what a single-token decode step does, one of DECODE_MODES. Prompt steps (the prompt,
+        a new chat turn) always prune by the schedule.
+    """
+
+    schedule: tuple[tuple[float, float], ...] = ()
+    keep_first: int = 0
+    decode: str = "lazy"
+
+    def __post_init__(self) -> None:
+        pairs = tuple(sorted((float(depth), float(ratio)) for depth, ratio in self.schedule))
+        for depth, ratio in pairs:
+            if not 0 <= depth < 1:
+                raise LazymlxError(f"pruning depth must be in [0, 1), got {depth}")
+            if not 0 < ratio <= 1:
+                raise LazymlxError(f"keep ratio must be in (0, 1], got {ratio}")
+        if self.keep_first < 0:
+            raise LazymlxError(f"keep_first must be >= 0, got {self.keep_first}")
+        if self.decode not in DECODE_MODES:
+            raise LazymlxError(
+                f"unknown decode mode {self.decode!r}; choose one of: {', '.join(DECODE_MODES)}"
+            )
+        object.__setattr__(self, "schedule", pairs)
+
+    @classmethod
+    def preset(cls, name: str) -> LazyConfig:
+        if name not in PRESETS:
+            raise LazymlxError(f"unknown lazy preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        return PRESETS[name]
+
+    @property
+    def prunes(self) -> bool:
+        return any(ratio < 1 for _, ratio in self.schedule)
+
+    def pruning_layers(self, num_layers: int) -> dict[int, float]:
+        """Layer index → keep ratio for a model with `num_layers` layers.
+
+        Two depths landing on the same layer compound; pruning at the last layer would select
+        tokens for no deeper layer, so it is dropped.
+        """
+        layers: dict[int, float] = {}
+        for depth, ratio in self.schedule:
+            layer = math.floor(depth * num_layers)
+            if ratio < 1 and layer < num_layers - 1:
+                layers[layer] = layers.get(layer, 1.0) * ratio
+        return layers
+
+    def describe(self) -> str:
+        if not self.prunes:
+            return "keep all tokens"
+        steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
+        sinks = f", first {self.keep_first} kept" if self.keep_first else ""
+        return f"{steps}{sinks}, decode {self.decode}"
+
+
+PRESETS: dict[str, LazyConfig] = {
+    "off": LazyConfig(),
+    "default": LazyConfig(schedule=((0.27, 0.5), (0.54, 0.5), (0.8, 0.5))),
+}

@@ -1,0 +1,145 @@
+"""One LazyLLM step over a LazyState: the layer loop, scoring, selection and revival.
+
+Prefill, a decode token and a new chat turn are the same operation. Layer 0 sees every token.
+At layer l the present set is every selected token; the ones without KV there (new tokens, and
+old ones resuming at their depth from their Aux slot) are computed, and queries are exactly
+those. At a pruning layer the last token's head-averaged attention ranks the present set and
+only the top fraction goes deeper; computed tokens that drop out save their output to Aux.
+Because a (token, layer) pair is computed only when that layer has no KV for the token, no pair
+is ever computed twice. Host syncs happen only at pruning layers, where the selection is read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+
+from lazymlx.state import LazyState, StepRecord
+
+
+def step(
+    state: LazyState,
+    new_tokens: list[int],
+    keep_ratios: dict[int, float],
+    keep_first: int = 0,
+    revive: bool = True,
+) -> mx.array:
+    """Run `new_tokens` through the model over `state`; returns the last token's logits (vocab,).
+
+    keep_ratios: layer index → fraction of the present tokens kept after that layer.
+    revive: tokens without KV at a layer may rejoin from their Aux slot. Without it, each layer
+        sees only the tokens cached there plus the new ones (decoding over all cached KV).
+    """
+    adapter = state.adapter
+    new = state.append(new_tokens)
+    present = np.arange(state.offset)  # positions taking part at the current layer
+    carried = new  # positions whose hidden states `h` holds, in order
+    h = adapter.embed(mx.array(new_tokens)[None])
+    record = StepRecord()
+    for layer, block in enumerate(adapter.layers):
+        if not revive:
+            present = present[(state.depth[present] > layer) | (present >= new[0])]
+        computed = present[state.depth[present] == layer]
+        if len(computed) > len(carried):
+            h = _with_resumed(state, h, carried, computed)
+        h, queries, keys = _block(state, layer, block, h, computed, present)
+        state.depth[computed] = layer + 1
+        state.pair_count[computed, layer] += 1
+        record.computed.append(computed)
+        record.present.append(len(present))
+
+        ratio = keep_ratios.get(layer)
+        carried = computed
+        if ratio is not None and math.ceil(ratio * len(present)) < len(present):
+            scores = _last_token_attention(queries, keys, block.self_attn.scale)
+            present = _top(scores, present, ratio, keep_first)
+            kept = np.isin(computed, present)
+            if not kept.all():
+                state.save_aux(computed[~kept], h[0, mx.array(np.flatnonzero(~kept))])
+                h = h[:, mx.array(np.flatnonzero(kept))]
+                carried = computed[kept]
+    state.record_step(record)
+    logits = adapter.logits(h[:, -1:])[0, 0]
+    mx.eval(logits, state.buffers())
+    return logits
+
+
+def _block(
+    state: LazyState,
+    layer: int,
+    block,
+    x: mx.array,
+    computed: np.ndarray,
+    present: np.ndarray,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """One decoder block for the computed tokens, attending over the present set.
+
+    Returns the block output and the queries and keys, which scoring needs at pruning layers.
+    """
+    attn = block.self_attn
+    queries, keys, values = state.adapter.queries_keys_values(attn, block.input_layernorm(x))
+    queries, keys = _rope(attn.rope, queries, computed), _rope(attn.rope, keys, computed)
+    state.write_kv(layer, computed, keys, values)
+    if not np.array_equal(computed, present):
+        keys, values = state.read_kv(layer, present)
+    out = mx.fast.scaled_dot_product_attention(
+        queries, keys, values, scale=attn.scale, mask=_causal_mask(computed, present)
+    )
+    out = out.transpose(0, 2, 1, 3).reshape(1, len(computed), -1)
+    h = x + attn.o_proj(out)
+    return h + block.mlp(block.post_attention_layernorm(h)), queries, keys
+
+
+def _rope(rope, x: mx.array, positions: np.ndarray) -> mx.array:
+    """Rotate each token at its original position (the model's own rope module, so scaling holds).
+
+    mx.fast.rope takes one offset per batch row, so scattered positions go on the batch axis.
+    """
+    start = int(positions[0])
+    if int(positions[-1]) - start + 1 == len(positions):
+        return rope(x, offset=start)
+    rotated = rope(x.transpose(2, 1, 0, 3), offset=mx.array(positions.astype(np.int32)))
+    return rotated.transpose(2, 1, 0, 3)
+
+
+def _causal_mask(queries: np.ndarray, keys: np.ndarray) -> str | mx.array | None:
+    """Causal on original positions: a query sees keys at its own position or earlier."""
+    if len(queries) == 1 and queries[0] == keys[-1]:
+        return None
+    if np.array_equal(keys[len(keys) - len(queries) :], queries):
+        return "causal"  # queries are the newest keys: MLX aligns the causal mask bottom-right
+    return mx.array(keys[None, :] <= queries[:, None])
+
+
+def _with_resumed(
+    state: LazyState, h: mx.array, carried: np.ndarray, computed: np.ndarray
+) -> mx.array:
+    """Merge this step's hidden states with those of tokens resuming from their Aux slot."""
+    resumed = np.setdiff1d(computed, carried, assume_unique=True)
+    merged = mx.concatenate([h, state.read_aux(resumed)[None]], axis=1)
+    order = np.argsort(np.concatenate([carried, resumed]), kind="stable")
+    return merged[:, mx.array(order.astype(np.int32))]
+
+
+def _last_token_attention(queries: mx.array, keys: mx.array, scale: float) -> mx.array:
+    """Attention probabilities of the last query over the present keys, averaged over heads.
+
+    One row per head (a 1×n product), since the fused attention never returns its weights.
+    """
+    _, heads, _, head_dim = queries.shape
+    kv_heads = keys.shape[1]
+    last = queries[0, :, -1, :].reshape(kv_heads, heads // kv_heads, head_dim)
+    logits = (last @ keys[0].swapaxes(-1, -2)).astype(mx.float32) * scale
+    return mx.softmax(logits, axis=-1, precise=True).mean(axis=(0, 1))
+
+
+def _top(scores: mx.array, present: np.ndarray, ratio: float, keep_first: int) -> np.ndarray:
+    """The ceil(ratio·n) best-scored present positions, always with the last and the first few."""
+    scores = np.array(scores, dtype=np.float32)  # the host sync of this pruning layer
+    scores[present < keep_first] = np.inf
+    scores[-1] = np.inf  # the last token predicts the next one
+    k = max(math.ceil(ratio * len(present)), int(np.isinf(scores).sum()))
+    best = np.argpartition(-scores, k - 1)[:k]
+    return present[np.sort(best)]

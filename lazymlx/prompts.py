@@ -1,0 +1,52 @@
+"""Retrieval prompts sized in tokens, for benchmarks and accuracy checks.
+
+Random tokens say nothing about pruning quality: a prompt whose answer hides at a known depth
+does. The passkey prompt is the classic one (grass/sky filler, a five-digit key, raw completion;
+SmolLM2-135M answers it through a raw prompt, not through its chat template).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+FILLER = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+)
+DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+@dataclass(frozen=True)
+class RetrievalPrompt:
+    text: str
+    answer: str
+    depth: float  # where the key line sits in the filler: 0 = first, 1 = last
+
+    def correct(self, output: str) -> bool:
+        return self.answer in output
+
+
+def passkey_prompt(
+    tokenizer: TokenizerWrapper, length: int, depth: float = 0.5, passkey: str = "68217"
+) -> RetrievalPrompt:
+    """About `length` tokens of filler with the key line at `depth`, ending "The pass key is"."""
+    key_line = f"The pass key is {passkey}. Remember it. {passkey} is the pass key. "
+    question = "What is the pass key? The pass key is"
+    per_filler = len(tokenizer.encode(FILLER))
+    fixed = len(tokenizer.encode(key_line + question))
+    repeats = max(2, (length - fixed) // per_filler)
+    before = round(depth * repeats)
+    text = FILLER * before + key_line + FILLER * (repeats - before) + question
+    return RetrievalPrompt(text=text, answer=passkey, depth=depth)
+
+
+def passkey_prompts(
+    tokenizer: TokenizerWrapper, length: int, depths: tuple[float, ...] = DEPTHS
+) -> list[RetrievalPrompt]:
+    """One prompt per depth, each with its own key so no answer can be carried over by chance."""
+    keys = ("68217", "40953", "17386", "92641", "35108", "76524", "21897", "58430")
+    return [
+        passkey_prompt(tokenizer, length, depth, keys[i % len(keys)])
+        for i, depth in enumerate(depths)
+    ]

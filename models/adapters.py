@@ -1,0 +1,83 @@
+"""How the engine takes an mlx-lm model apart: embedding, per-block query/key/value, head.
+
+The engine runs its own layer loop but every computation goes through the model's own modules,
+so weights, quantization and rope scaling stay mlx-lm's. Families differ only in how a block
+turns its normed input into queries, keys and values (biases live inside the Linear modules;
+Qwen3 adds per-head RMS norms), so an adapter is that one method.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from lazymlx.errors import LazymlxError
+
+
+class LlamaAdapter:
+    """Llama, Mistral (mlx-lm maps it to llama) and Qwen2 (q/k/v biases are in the Linears)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.layers = model.model.layers
+        attn = self.layers[0].self_attn
+        self.num_heads, self.num_kv_heads = attn.n_heads, attn.n_kv_heads
+        self.hidden_size = model.args.hidden_size
+        self.head_dim = getattr(model.args, "head_dim", None) or self.hidden_size // self.num_heads
+
+    def embed(self, tokens: mx.array) -> mx.array:
+        return self.model.model.embed_tokens(tokens)
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        hidden = self.model.model.norm(hidden)
+        if hasattr(self.model, "lm_head"):
+            return self.model.lm_head(hidden)
+        return self.model.model.embed_tokens.as_linear(hidden)
+
+    def _heads(self, x: mx.array, heads: int) -> mx.array:
+        batch, length, _ = x.shape
+        return x.reshape(batch, length, heads, -1)
+
+    def queries_keys_values(
+        self, attn: nn.Module, x: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """Un-rotated (batch, heads, tokens, head_dim) projections of the normed input."""
+        q = self._heads(attn.q_proj(x), self.num_heads)
+        k = self._heads(attn.k_proj(x), self.num_kv_heads)
+        v = self._heads(attn.v_proj(x), self.num_kv_heads)
+        return tuple(a.transpose(0, 2, 1, 3) for a in (q, k, v))
+
+
+class Qwen3Adapter(LlamaAdapter):
+    """Qwen3: RMS norms on each query and key head before rope."""
+
+    def queries_keys_values(
+        self, attn: nn.Module, x: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        q = attn.q_norm(self._heads(attn.q_proj(x), self.num_heads))
+        k = attn.k_norm(self._heads(attn.k_proj(x), self.num_kv_heads))
+        v = self._heads(attn.v_proj(x), self.num_kv_heads)
+        return tuple(a.transpose(0, 2, 1, 3) for a in (q, k, v))
+
+
+ADAPTERS: dict[str, type[LlamaAdapter]] = {
+    "llama": LlamaAdapter,
+    "mistral": LlamaAdapter,
+    "qwen2": LlamaAdapter,
+    "qwen3": Qwen3Adapter,
+}
+
+
+def adapter_for(model: nn.Module) -> LlamaAdapter:
+    """The adapter for a loaded mlx-lm model; a clear error for families the engine can't run."""
+    model_type = getattr(getattr(model, "args", None), "model_type", None)
+    if model_type not in ADAPTERS:
+        raise LazymlxError(
+            f"lazy pruning does not support model type {model_type!r}; supported: "
+            f"{', '.join(ADAPTERS)} (run it with --lazy off)"
+        )
+    if any(getattr(layer, "use_sliding", False) for layer in model.model.layers):
+        raise LazymlxError(
+            "lazy pruning does not support sliding-window attention layers; run with --lazy off"
+        )
+    return ADAPTERS[model_type](model)

@@ -1,0 +1,56 @@
+"""The engine on the real default model (SmolLM2-135M, 30 layers) at short prompt lengths."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from conftest import engine_greedy, stock_greedy
+
+import lazymlx
+from lazymlx import LazyConfig
+from lazymlx.prompts import passkey_prompt
+from lazymlx.session import ChatSession
+
+pytestmark = pytest.mark.real_model
+
+
+def test_keep_all_reproduces_stock_mlx_lm(real):
+    model, tokenizer = real
+    prompt = tokenizer.encode(passkey_prompt(tokenizer, 160).text)
+    ours, our_logprobs = engine_greedy(model, prompt, 32, LazyConfig())
+    theirs, their_logprobs = stock_greedy(model, prompt, 32)
+    assert ours == theirs
+    for a, b in zip(our_logprobs, their_logprobs, strict=True):
+        assert mx.abs(a - b).max().item() < 1e-4
+
+
+def test_keep_all_chat_reproduces_the_stock_chat(real):
+    model, tokenizer = real
+    replies = []
+    for lazy in (None, LazyConfig()):
+        session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=10)
+        replies.append(
+            [
+                [(r.token, r.logprobs) for r in session.send(message)]
+                for message in ("Hi! Who are you?", "What is 2 + 2?", "Name a color.")
+            ]
+        )
+    for stock, lazy in zip(*replies, strict=True):
+        assert [t for t, _ in stock] == [t for t, _ in lazy]
+        for (_, a), (_, b) in zip(stock, lazy, strict=True):
+            assert mx.abs(a - b).max().item() < 1e-4
+
+
+def test_default_preset_keeps_the_passkey_answer_with_half_the_work(real):
+    model, tokenizer = real
+    prompt = passkey_prompt(tokenizer, 512, depth=0.5)
+    baseline = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
+    responses = list(
+        lazymlx.stream_generate(
+            model, tokenizer, prompt.text, max_tokens=6, lazy=LazyConfig.preset("default")
+        )
+    )
+    assert prompt.correct(baseline)
+    assert "".join(r.text for r in responses) == baseline
+    stats = responses[-1].lazy
+    assert stats.prefill_fraction < 0.6 and stats.max_pair_count == 1
