@@ -16,7 +16,7 @@ import math
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.state import LazyState, StepRecord
+from lazymlx.state import LazyState, StepRecord, contiguous
 
 
 def step(
@@ -32,21 +32,38 @@ def step(
     revive: tokens without KV at a layer may rejoin from their Aux slot. Without it, each layer
         sees only the tokens cached there plus the new ones (decoding over all cached KV).
     """
-    adapter = state.adapter
+    start = state.offset
     new = state.append(new_tokens)
+    try:
+        return _layers(state, new, keep_ratios, keep_first, revive)
+    except BaseException:  # Ctrl-C in a long prefill: leave the state as it was before the step
+        state.trim(start)
+        raise
+
+
+def _layers(
+    state: LazyState,
+    new: np.ndarray,
+    keep_ratios: dict[int, float],
+    keep_first: int,
+    revive: bool,
+) -> mx.array:
+    """The layer loop. Host bookkeeping changes only once the step's tensors are evaluated."""
+    adapter = state.adapter
+    depth = state.depth.copy()
     present = np.arange(state.offset)  # positions taking part at the current layer
     carried = new  # positions whose hidden states `h` holds, in order
-    h = adapter.embed(mx.array(new_tokens)[None])
+    h = adapter.embed(mx.array(state.tokens[new[0] :])[None])
     record = StepRecord()
+    dropped: list[tuple[np.ndarray, mx.array]] = []  # Aux writes, applied when the step is done
     for layer, block in enumerate(adapter.layers):
         if not revive:
-            present = present[(state.depth[present] > layer) | (present >= new[0])]
-        computed = present[state.depth[present] == layer]
+            present = present[(depth[present] > layer) | (present >= new[0])]
+        computed = present[depth[present] == layer]
         if len(computed) > len(carried):
             h = _with_resumed(state, h, carried, computed)
         h, queries, keys = _block(state, layer, block, h, computed, present)
-        state.depth[computed] = layer + 1
-        state.pair_count[computed, layer] += 1
+        depth[computed] = layer + 1
         record.computed.append(computed)
         record.present.append(len(present))
 
@@ -57,12 +74,12 @@ def step(
             present = _top(scores, present, ratio, keep_first)
             kept = np.isin(computed, present)
             if not kept.all():
-                state.save_aux(computed[~kept], h[0, mx.array(np.flatnonzero(~kept))])
+                dropped.append((computed[~kept], h[0, mx.array(np.flatnonzero(~kept))]))
                 h = h[:, mx.array(np.flatnonzero(kept))]
                 carried = computed[kept]
-    state.record_step(record)
     logits = adapter.logits(h[:, -1:])[0, 0]
-    mx.eval(logits, state.buffers())
+    mx.eval(logits, [hidden for _, hidden in dropped], state.buffers())
+    state.commit(record, depth, dropped)
     return logits
 
 
@@ -97,9 +114,8 @@ def _rope(rope, x: mx.array, positions: np.ndarray) -> mx.array:
 
     mx.fast.rope takes one offset per batch row, so scattered positions go on the batch axis.
     """
-    start = int(positions[0])
-    if int(positions[-1]) - start + 1 == len(positions):
-        return rope(x, offset=start)
+    if contiguous(positions):
+        return rope(x, offset=int(positions[0]))
     rotated = rope(x.transpose(2, 1, 0, 3), offset=mx.array(positions.astype(np.int32)))
     return rotated.transpose(2, 1, 0, 3)
 
@@ -131,7 +147,9 @@ def _last_token_attention(queries: mx.array, keys: mx.array, scale: float) -> mx
     _, heads, _, head_dim = queries.shape
     kv_heads = keys.shape[1]
     last = queries[0, :, -1, :].reshape(kv_heads, heads // kv_heads, head_dim)
-    logits = (last @ keys[0].swapaxes(-1, -2)).astype(mx.float32) * scale
+    # fp32 even for half-precision models: bf16 logits would reorder near-equal scores
+    last = last.astype(mx.float32) * scale
+    logits = last @ keys[0].astype(mx.float32).swapaxes(-1, -2)
     return mx.softmax(logits, axis=-1, precise=True).mean(axis=(0, 1))
 
 

@@ -40,6 +40,7 @@ class LazyStats:
     cumulative_fraction: float
     max_pair_count: int
     kept_per_layer: tuple[int, ...]
+    step_pairs: int  # (token, layer) pairs computed in the last step, revived older tokens included
     kv_bytes: int
     aux_bytes: int
 
@@ -51,6 +52,7 @@ class LazyStats:
             cumulative_fraction=int(state.pair_count[prompt].sum()) / total,
             max_pair_count=int(state.pair_count.max(initial=0)),
             kept_per_layer=tuple(state.last_step.present),
+            step_pairs=state.last_step.pairs,
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
         )
@@ -85,6 +87,13 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
     if tokens.size == 0:
         raise LazymlxError("the prompt is empty; give at least one token")
     return tokens
+
+
+def cached_length(cache: LazyState | list[Any] | None) -> int:
+    """Tokens already in a prompt cache: a LazyState or an mlx-lm cache list."""
+    if isinstance(cache, LazyState):
+        return cache.offset
+    return cache[0].offset if cache else 0
 
 
 def check_context(model: nn.Module, tokens_in_context: int) -> None:
@@ -140,8 +149,7 @@ def stream_generate(
         raise LazymlxError(
             "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
         )
-    cached = cache.offset if isinstance(cache, LazyState) else cache[0].offset if cache else 0
-    check_context(model, tokens.size + cached)
+    check_context(model, tokens.size + cached_length(cache))
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
     mx.reset_peak_memory()
     if lazy is not None:
@@ -173,7 +181,7 @@ def _lazy_responses(
         raise LazymlxError(f"not supported with lazy=: {', '.join(sorted(unused))}")
     keep = config.pruning_layers(state.num_layers)
     prompt_range = slice(state.offset, state.offset + len(prompt))
-    history = mx.array(state.tokens + prompt, dtype=mx.uint32)
+    history = mx.array(prompt, dtype=mx.uint32)  # what mlx-lm shows logits processors: this call
 
     def sample(logits: mx.array) -> tuple[int, mx.array]:
         nonlocal history

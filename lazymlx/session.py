@@ -18,7 +18,7 @@ from mlx_lm.utils import common_prefix_len
 
 from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response, stream_generate
+from lazymlx.generation import Response, cached_length, stream_generate
 from lazymlx.state import LazyState
 
 
@@ -50,11 +50,10 @@ class ChatSession:
 
     def _tokens_to_feed(self) -> list[int]:
         tokens = list(self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
-        lazy = isinstance(self.cache, LazyState)
-        offset = self.cache.offset if lazy else self.cache[0].offset
+        offset = cached_length(self.cache)
         # keep at least one token to feed: the model must see the last prompt token to answer
         keep = min(common_prefix_len(self.cached_tokens[:offset], tokens), len(tokens) - 1)
-        if lazy:
+        if isinstance(self.cache, LazyState):
             self.cache.trim(keep)
         else:
             trim_prompt_cache(self.cache, offset - keep)

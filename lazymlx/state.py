@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
@@ -49,12 +50,22 @@ class LazyState:
         self.history: list[StepRecord] = []
         self.last_step = StepRecord()
         self.tokens: list[int] = []
-        self.depth = np.zeros(0, dtype=np.int32)
-        self.pair_count = np.zeros((0, self.num_layers), dtype=np.int32)
+        self._depth = np.zeros(0, dtype=np.int32)  # sized to capacity, like the buffers
+        self._pair_count = np.zeros((0, self.num_layers), dtype=np.int32)
         self.keys: list[mx.array | None] = [None] * self.num_layers
         self.values: list[mx.array | None] = [None] * self.num_layers
         self.aux: mx.array | None = None
         self.capacity = 0
+
+    @property
+    def depth(self) -> np.ndarray:
+        """Per token: how many layers (0..depth-1) hold its KV."""
+        return self._depth[: self.offset]
+
+    @property
+    def pair_count(self) -> np.ndarray:
+        """Per token and layer: how many times that pair was computed (the engine keeps it <= 1)."""
+        return self._pair_count[: self.offset]
 
     @property
     def offset(self) -> int:
@@ -67,27 +78,29 @@ class LazyState:
         return (kv + a.hidden_size) * self.dtype.size
 
     def check_memory(self, tokens: int) -> None:
-        """Refuse a context whose KV + Aux buffers and one layer's attention scores can't fit."""
-        attention = self.adapter.num_heads * tokens * tokens * 4
-        needed = tokens * self.bytes_per_token() + attention
+        """Refuse a context whose weights, KV + Aux buffers and attention scores can't fit.
+
+        Off Metal, MLX's attention materializes one layer's (heads × tokens × tokens) scores.
+        """
+        weights = sum(p.nbytes for _, p in tree_flatten(self.adapter.model.parameters()))
+        scores = 0 if mx.metal.is_available() else self.adapter.num_heads * tokens * tokens * 4
+        needed = weights + tokens * self.bytes_per_token() + scores
         available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         if needed > 0.8 * available:
             raise LazymlxError(
-                f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for keys, values, "
-                f"Aux slots and attention, more than this machine's {available / 1e9:.1f} GB "
-                "allows; shorten the prompt"
+                f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for weights, keys, "
+                f"values, Aux slots and attention, more than this machine's "
+                f"{available / 1e9:.1f} GB allows; shorten the prompt"
             )
 
     def append(self, tokens: list[int]) -> np.ndarray:
         """Add tokens at depth 0, growing the buffers; returns their positions."""
         start, end = self.offset, self.offset + len(tokens)
-        self.tokens += tokens
-        self.depth = np.concatenate([self.depth, np.zeros(len(tokens), np.int32)])
-        self.pair_count = np.concatenate(
-            [self.pair_count, np.zeros((len(tokens), self.num_layers), np.int32)]
-        )
         if end > self.capacity:
             self._grow(GROWTH * ((end + GROWTH - 1) // GROWTH))
+        self.tokens += tokens
+        self._depth[start:end] = 0
+        self._pair_count[start:end] = 0
         return np.arange(start, end)
 
     def _grow(self, capacity: int) -> None:
@@ -101,6 +114,10 @@ class LazyState:
         self.keys = [grown(k, kv_shape, 2) for k in self.keys]
         self.values = [grown(v, kv_shape, 2) for v in self.values]
         self.aux = grown(self.aux, (extra, a.hidden_size), 0)
+        self._depth = np.concatenate([self._depth, np.zeros(extra, np.int32)])
+        self._pair_count = np.concatenate(
+            [self._pair_count, np.zeros((extra, self.num_layers), np.int32)]
+        )
         self.capacity = capacity
         mx.eval(self.keys, self.values, self.aux)
 
@@ -108,11 +125,9 @@ class LazyState:
         """Forget every token from position `length` on (a chat turn re-rendered differently).
 
         What remains is still a valid state: a kept token's KV only ever attended to earlier
-        positions. Stale buffer rows are overwritten when positions are reused.
+        positions. Stale rows are reset or overwritten when positions are reused.
         """
         del self.tokens[length:]
-        self.depth = self.depth[:length].copy()
-        self.pair_count = self.pair_count[:length].copy()
 
     def write_kv(self, layer: int, positions: np.ndarray, keys: mx.array, values: mx.array) -> None:
         index = _index(positions)
@@ -129,7 +144,15 @@ class LazyState:
     def read_aux(self, positions: np.ndarray) -> mx.array:
         return self.aux[_index(positions)]
 
-    def record_step(self, step: StepRecord) -> None:
+    def commit(
+        self, step: StepRecord, depth: np.ndarray, dropped: list[tuple[np.ndarray, mx.array]]
+    ) -> None:
+        """Take in a finished step: new depths, its pair counts, Aux slots of dropped tokens."""
+        self.depth[:] = depth
+        for layer, computed in enumerate(step.computed):
+            self.pair_count[computed, layer] += 1
+        for positions, hidden in dropped:
+            self.save_aux(positions, hidden)
         self.last_step = step
         if self.record:
             self.history.append(step)
@@ -146,9 +169,13 @@ class LazyState:
         return [b for b in (*self.keys, *self.values, self.aux) if b is not None]
 
 
+def contiguous(positions: np.ndarray) -> bool:
+    """Sorted unique positions forming one run (a slice, a single rope offset)."""
+    return int(positions[-1]) - int(positions[0]) + 1 == len(positions)
+
+
 def _index(positions: np.ndarray) -> slice | mx.array:
     """A slice for a run of consecutive positions (cheap update/view), else a gather index."""
-    first, last = int(positions[0]), int(positions[-1])
-    if last - first + 1 == len(positions):
-        return slice(first, last + 1)
+    if contiguous(positions):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
     return mx.array(positions.astype(np.int32))

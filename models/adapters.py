@@ -34,30 +34,26 @@ class LlamaAdapter:
             return self.model.lm_head(hidden)
         return self.model.model.embed_tokens.as_linear(hidden)
 
-    def _heads(self, x: mx.array, heads: int) -> mx.array:
-        batch, length, _ = x.shape
-        return x.reshape(batch, length, heads, -1)
-
     def queries_keys_values(
         self, attn: nn.Module, x: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
         """Un-rotated (batch, heads, tokens, head_dim) projections of the normed input."""
-        q = self._heads(attn.q_proj(x), self.num_heads)
-        k = self._heads(attn.k_proj(x), self.num_kv_heads)
-        v = self._heads(attn.v_proj(x), self.num_kv_heads)
+        batch, length, _ = x.shape
+        q = attn.q_proj(x).reshape(batch, length, self.num_heads, -1)
+        k = attn.k_proj(x).reshape(batch, length, self.num_kv_heads, -1)
+        v = attn.v_proj(x).reshape(batch, length, self.num_kv_heads, -1)
+        q, k = self.normed_heads(attn, q, k)
         return tuple(a.transpose(0, 2, 1, 3) for a in (q, k, v))
+
+    def normed_heads(self, attn: nn.Module, q: mx.array, k: mx.array) -> tuple[mx.array, mx.array]:
+        return q, k
 
 
 class Qwen3Adapter(LlamaAdapter):
     """Qwen3: RMS norms on each query and key head before rope."""
 
-    def queries_keys_values(
-        self, attn: nn.Module, x: mx.array
-    ) -> tuple[mx.array, mx.array, mx.array]:
-        q = attn.q_norm(self._heads(attn.q_proj(x), self.num_heads))
-        k = attn.k_norm(self._heads(attn.k_proj(x), self.num_kv_heads))
-        v = self._heads(attn.v_proj(x), self.num_kv_heads)
-        return tuple(a.transpose(0, 2, 1, 3) for a in (q, k, v))
+    def normed_heads(self, attn: nn.Module, q: mx.array, k: mx.array) -> tuple[mx.array, mx.array]:
+        return attn.q_norm(q), attn.k_norm(k)
 
 
 ADAPTERS: dict[str, type[LlamaAdapter]] = {
@@ -75,6 +71,11 @@ def adapter_for(model: nn.Module) -> LlamaAdapter:
         raise LazymlxError(
             f"lazy pruning does not support model type {model_type!r}; supported: "
             f"{', '.join(ADAPTERS)} (run it with --lazy off)"
+        )
+    rope_type = (getattr(model.args, "rope_scaling", None) or {}).get("type")
+    if rope_type == "dynamic":  # its offset must be a single int, so tokens can't be scattered
+        raise LazymlxError(
+            "lazy pruning does not support dynamic NTK rope scaling; run with --lazy off"
         )
     if any(getattr(layer, "use_sliding", False) for layer in model.model.layers):
         raise LazymlxError(

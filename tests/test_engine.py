@@ -263,3 +263,32 @@ def test_cache_kind_must_match_the_path(tiny):
         next(
             lazymlx.stream_generate(model, tokenizer, mx.zeros((2, 3), mx.uint32), lazy=AGGRESSIVE)
         )
+
+
+def test_an_interrupted_step_leaves_the_state_as_it_was(monkeypatch):
+    model = random_model(num_layers=6)
+    prompt, turn = random_tokens(120), random_tokens(30, seed=1)
+    keep = AGGRESSIVE.pruning_layers(6)
+    reference = LazyState(model)
+    engine.step(reference, prompt, keep)
+    expected = engine.step(reference, turn, keep)
+
+    state = LazyState(model)
+    engine.step(state, prompt, keep)
+    before = (list(state.tokens), state.depth.copy(), state.pair_count.copy())
+    block, calls = engine._block, []
+
+    def interrupted_block(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the second step
+        return block(*args)
+
+    monkeypatch.setattr(engine, "_block", interrupted_block)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step(state, turn, keep)
+    monkeypatch.setattr(engine, "_block", block)
+    assert state.tokens == before[0]
+    assert np.array_equal(state.depth, before[1]) and np.array_equal(state.pair_count, before[2])
+    assert mx.allclose(engine.step(state, turn, keep), expected, atol=1e-5)
+    assert np.array_equal(state.pair_count, reference.pair_count)
