@@ -62,14 +62,15 @@ def _layers(
         computed = present[depth[present] == layer]
         if len(computed) > len(carried):
             h = _with_resumed(state, h, carried, computed)
-        h, queries, keys = _block(state, layer, block, h, computed, present)
+        deepest = layer == len(adapter.layers) - 1
+        h, queries, keys = _block(state, layer, block, h, computed, present, deepest)
         depth[computed] = layer + 1
         record.computed.append(computed)
         record.present.append(len(present))
 
         ratio = keep_ratios.get(layer)
         carried = computed
-        if ratio is not None and math.ceil(ratio * len(present)) < len(present):
+        if ratio and not deepest and math.ceil(ratio * len(present)) < len(present):
             scores = _last_token_attention(queries, keys, block.self_attn.scale)
             present = _top(scores, present, ratio, keep_first)
             kept = np.isin(computed, present)
@@ -90,10 +91,13 @@ def _block(
     x: mx.array,
     computed: np.ndarray,
     present: np.ndarray,
+    last_only: bool = False,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """One decoder block for the computed tokens, attending over the present set.
 
     Returns the block output and the queries and keys, which scoring needs at pruning layers.
+    last_only: in the deepest layer every computed token still needs its KV, but only the last
+    token's output is ever read (stock mlx-lm skips the rest too, by never evaluating it).
     """
     attn = block.self_attn
     queries, keys, values = state.adapter.queries_keys_values(attn, block.input_layernorm(x))
@@ -101,6 +105,8 @@ def _block(
     state.write_kv(layer, computed, keys, values)
     if not np.array_equal(computed, present):
         keys, values = state.read_kv(layer, present)
+    if last_only:
+        queries, x, computed = queries[:, :, -1:], x[:, -1:], computed[-1:]
     out = mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=attn.scale, mask=_causal_mask(computed, present)
     )
