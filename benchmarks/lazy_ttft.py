@@ -30,9 +30,11 @@ MODES: dict[str, LazyConfig | None] = {
 
 
 def run(model, tokenizer, text: str, gen_len: int, lazy: LazyConfig | None) -> dict:
-    pieces, last = [], None
+    """One generation's timings, engine counts, text and tokens."""
+    pieces, tokens, last = [], [], None
     for last in lazymlx.stream_generate(model, tokenizer, text, max_tokens=gen_len, lazy=lazy):
         pieces.append(last.text)
+        tokens.append(last.token)
     return {
         "prompt_tokens": last.prompt_tokens,
         "ttft_s": last.ttft_s,
@@ -42,6 +44,7 @@ def run(model, tokenizer, text: str, gen_len: int, lazy: LazyConfig | None) -> d
         "cumulative_fraction": last.lazy.cumulative_fraction if last.lazy else 1.0,
         "max_pair_count": last.lazy.max_pair_count if last.lazy else 1,
         "text": "".join(pieces),
+        "tokens": tokens,
     }
 
 

@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from lazy_ttft import run  # a sibling script (its folder is on sys.path)
+
 import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.prompts import passkey_prompts
@@ -28,18 +30,6 @@ CANDIDATES = {
         schedule=((0.27, 0.5), (0.54, 0.5), (0.8, 0.5)), keep_first=4
     ),
 }
-
-
-def run(model, tokenizer, text: str, gen_len: int, lazy: LazyConfig | None) -> dict:
-    tokens, last = [], None
-    for last in lazymlx.stream_generate(model, tokenizer, text, max_tokens=gen_len, lazy=lazy):
-        tokens.append(last.token)
-    return {
-        "ttft_s": last.ttft_s,
-        "tokens": tokens,
-        "text": tokenizer.decode(tokens),
-        "prefill_fraction": last.lazy.prefill_fraction if last.lazy else 1.0,
-    }
 
 
 def main() -> None:

@@ -228,3 +228,12 @@ def engine_greedy(model, prompt: list[int], steps: int, config, state=None):
 def stock_greedy(model, prompt: list[int], steps: int):
     pairs = list(generate_step(mx.array(prompt), model, max_tokens=steps))
     return [t for t, _ in pairs], [lp for _, lp in pairs]
+
+
+def assert_keep_all_reproduces_stock(model, prompt: list[int], steps: int = 32) -> None:
+    """The first check of every engine change: same greedy tokens, log-probs within 1e-4."""
+    ours, our_logprobs = engine_greedy(model, prompt, steps, lazymlx.LazyConfig())
+    theirs, their_logprobs = stock_greedy(model, prompt, steps)
+    assert ours == theirs
+    for a, b in zip(our_logprobs, their_logprobs, strict=True):
+        assert mx.abs(a - b).max().item() < 1e-4

@@ -9,7 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from conftest import engine_greedy, random_model, random_tokens, stock_greedy
+from conftest import assert_keep_all_reproduces_stock, engine_greedy, random_model, random_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache
@@ -42,11 +42,7 @@ def quantized(model):
 def test_keep_all_reproduces_stock_mlx_lm(make_model):
     model = make_model()
     prompt = random_tokens(150)
-    ours, our_logprobs = engine_greedy(model, prompt, 32, LazyConfig())
-    theirs, their_logprobs = stock_greedy(model, prompt, 32)
-    assert ours == theirs
-    for a, b in zip(our_logprobs, their_logprobs, strict=True):
-        assert mx.abs(a - b).max().item() < 1e-4
+    assert_keep_all_reproduces_stock(model, prompt)
 
 
 def test_keep_all_chat_reproduces_the_stock_chat(tiny):

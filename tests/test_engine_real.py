@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
-from conftest import engine_greedy, stock_greedy
+from conftest import assert_keep_all_reproduces_stock
 
 import lazymlx
 from lazymlx import LazyConfig
@@ -17,11 +17,7 @@ pytestmark = pytest.mark.real_model
 def test_keep_all_reproduces_stock_mlx_lm(real):
     model, tokenizer = real
     prompt = tokenizer.encode(passkey_prompt(tokenizer, 160).text)
-    ours, our_logprobs = engine_greedy(model, prompt, 32, LazyConfig())
-    theirs, their_logprobs = stock_greedy(model, prompt, 32)
-    assert ours == theirs
-    for a, b in zip(our_logprobs, their_logprobs, strict=True):
-        assert mx.abs(a - b).max().item() < 1e-4
+    assert_keep_all_reproduces_stock(model, prompt)
 
 
 def test_keep_all_chat_reproduces_the_stock_chat(real):
