@@ -35,15 +35,16 @@ def main() -> None:
     args = parser.parse_args()
     model, tokenizer = lazymlx.load()
     prompt = tokenizer.encode(passkey_prompt(tokenizer, args.prompt_len).text)
-    keep = LazyConfig.preset("default").pruning_layers(len(model.layers))
+    default = LazyConfig.preset("default")
     token = tokenizer.encode(" the")[-1]
     report = {"prompt_tokens": len(prompt)}
-    for mode, step_keep, revive in (("lazy", keep, True), ("full", {}, False)):
+    for mode in ("lazy", "full"):
+        config = LazyConfig(schedule=default.schedule, decode=mode)
         state = LazyState(model)
-        engine.step(state, prompt, keep)
+        engine.prompt_step(state, prompt, config)
         seconds, pairs = [], []
         for _ in range(args.steps):
-            seconds.append(timed(engine.step, state, [token], step_keep, 0, revive))
+            seconds.append(timed(engine.decode_step, state, token, config))
             pairs.append(state.last_step.pairs)
         report[mode] = {"seconds": [round(s, 3) for s in seconds], "pairs": pairs}
     cache = make_prompt_cache(model)

@@ -16,7 +16,20 @@ import math
 import mlx.core as mx
 import numpy as np
 
+from lazymlx.config import LazyConfig
 from lazymlx.state import LazyState, StepRecord, contiguous
+
+
+def prompt_step(state: LazyState, tokens: list[int], config: LazyConfig) -> mx.array:
+    """A prompt or a new chat turn: always pruned by the schedule."""
+    return step(state, tokens, config.pruning_layers(state.num_layers), config.keep_first)
+
+
+def decode_step(state: LazyState, token: int, config: LazyConfig) -> mx.array:
+    """One generated token, as the config's decode mode says."""
+    if config.decode == "full":
+        return step(state, [token], {}, config.keep_first, revive=False)
+    return step(state, [token], config.pruning_layers(state.num_layers), config.keep_first)
 
 
 def step(

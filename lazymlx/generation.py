@@ -179,7 +179,6 @@ def _lazy_responses(
     unused.pop("prompt_cache", None)
     if unused:
         raise LazymlxError(f"not supported with lazy=: {', '.join(sorted(unused))}")
-    keep = config.pruning_layers(state.num_layers)
     prompt_range = slice(state.offset, state.offset + len(prompt))
     history = mx.array(prompt, dtype=mx.uint32)  # what mlx-lm shows logits processors: this call
 
@@ -194,10 +193,9 @@ def _lazy_responses(
         return token, logprobs[0]
 
     start = time.perf_counter()
-    token, logprobs = sample(engine.step(state, prompt, keep, config.keep_first))
+    token, logprobs = sample(engine.prompt_step(state, prompt, config))
     ttft = time.perf_counter() - start
     prompt_pairs = int(state.pair_count[prompt_range].sum())
-    decode_keep, revive = (keep, True) if config.decode == "lazy" else ({}, False)
     detokenizer = tokenizer.detokenizer
     detokenizer.reset()
     tic = time.perf_counter()
@@ -224,9 +222,7 @@ def _lazy_responses(
         )
         if last:
             return
-        token, logprobs = sample(
-            engine.step(state, [token], decode_keep, config.keep_first, revive)
-        )
+        token, logprobs = sample(engine.decode_step(state, token, config))
 
 
 def generate(model: nn.Module, tokenizer: TokenizerWrapper, prompt: Prompt, **kwargs: Any) -> str:

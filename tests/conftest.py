@@ -214,14 +214,12 @@ def random_tokens(count: int, seed: int = 0, vocab: int = 300) -> list[int]:
 def engine_greedy(model, prompt: list[int], steps: int, config, state=None):
     """Greedy decoding straight on the engine: (tokens, log-probabilities per step)."""
     state = state or lazymlx.LazyState(model)
-    keep = config.pruning_layers(len(model.layers))
-    decode_keep, revive = (keep, True) if config.decode == "lazy" else ({}, False)
-    logits = lazymlx.engine.step(state, prompt, keep, config.keep_first)
+    logits = lazymlx.engine.prompt_step(state, prompt, config)
     tokens, logprobs = [], []
     for _ in range(steps):
         logprobs.append(logits - mx.logsumexp(logits))
         tokens.append(int(mx.argmax(logits).item()))
-        logits = lazymlx.engine.step(state, [tokens[-1]], decode_keep, config.keep_first, revive)
+        logits = lazymlx.engine.decode_step(state, tokens[-1], config)
     return tokens, logprobs
 
 
