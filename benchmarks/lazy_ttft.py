@@ -94,14 +94,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="1024,2048")
     parser.add_argument("--gen-len", type=int, default=16)
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated; the first is the reference"
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
+    modes = {name: MODES[name] for name in args.modes.split(",")}
     model, tokenizer = lazymlx.load()
     runs = []
     for length in map(int, args.lengths.split(",")):
         for prompt in passkey_prompts(tokenizer, length):
             stock = None
-            for mode, config in MODES.items():
+            for mode, config in modes.items():
                 result = run(model, tokenizer, prompt.text, args.gen_len, config)
                 stock = stock or result
                 result |= {

@@ -12,6 +12,10 @@ is ever computed twice. Host syncs happen only at pruning layers, where the sele
 from __future__ import annotations
 
 import math
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import mlx.core as mx
 import numpy as np
@@ -48,10 +52,29 @@ def step(
     start = state.offset
     new = state.append(new_tokens)
     try:
-        return _layers(state, new, keep_ratios, keep_first, revive)
+        logits, record, depth, dropped = _layers(state, new, keep_ratios, keep_first, revive)
     except BaseException:  # Ctrl-C in a long prefill: leave the state as it was before the step
         state.trim(start)
         raise
+    with _interrupts_deferred():  # a half-applied commit would corrupt depths or Aux slots
+        state.commit(record, depth, dropped)
+    return logits
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block is done, then raise it (main thread only, where it arrives)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _layers(
@@ -60,8 +83,8 @@ def _layers(
     keep_ratios: dict[int, float],
     keep_first: int,
     revive: bool,
-) -> mx.array:
-    """The layer loop. Host bookkeeping changes only once the step's tensors are evaluated."""
+) -> tuple[mx.array, StepRecord, np.ndarray, list[tuple[np.ndarray, mx.array]]]:
+    """The layer loop; the state's bookkeeping is left for the caller to commit."""
     adapter = state.adapter
     depth = state.depth.copy()
     present = np.arange(state.offset)  # positions taking part at the current layer
@@ -93,8 +116,7 @@ def _layers(
                 carried = computed[kept]
     logits = adapter.logits(h[:, -1:])[0, 0]
     mx.eval(logits, [hidden for _, hidden in dropped], state.buffers())
-    state.commit(record, depth, dropped)
-    return logits
+    return logits, record, depth, dropped
 
 
 def _block(

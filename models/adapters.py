@@ -72,7 +72,8 @@ def adapter_for(model: nn.Module) -> LlamaAdapter:
             f"lazy pruning does not support model type {model_type!r}; supported: "
             f"{', '.join(ADAPTERS)} (run it with --lazy off)"
         )
-    rope_type = (getattr(model.args, "rope_scaling", None) or {}).get("type")
+    scaling = getattr(model.args, "rope_scaling", None) or {}
+    rope_type = scaling.get("type") or scaling.get("rope_type")  # mlx-lm reads both keys
     if rope_type == "dynamic":  # its offset must be a single int, so tokens can't be scattered
         raise LazymlxError(
             "lazy pruning does not support dynamic NTK rope scaling; run with --lazy off"

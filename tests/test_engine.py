@@ -4,6 +4,8 @@ computed twice, pruned tokens come back from their Aux slot, and masks follow or
 from __future__ import annotations
 
 import math
+import os
+import signal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -243,6 +245,14 @@ def test_unsupported_architecture_is_a_clear_error():
         LazyState(model)
 
 
+@pytest.mark.parametrize("key", ["type", "rope_type"])
+def test_dynamic_rope_is_a_clear_error(key):
+    model = random_model()
+    model.args.rope_scaling = {key: "dynamic", "factor": 2.0}
+    with pytest.raises(LazymlxError, match="does not support dynamic NTK rope scaling"):
+        LazyState(model)
+
+
 def test_context_and_memory_limits_are_checked_before_any_work(tiny):
     model, tokenizer = tiny
     with pytest.raises(LazymlxError, match="handles at most 2048"):
@@ -287,4 +297,25 @@ def test_an_interrupted_step_leaves_the_state_as_it_was(monkeypatch):
     assert state.tokens == before[0]
     assert np.array_equal(state.depth, before[1]) and np.array_equal(state.pair_count, before[2])
     assert mx.allclose(engine.step(state, turn, keep), expected, atol=1e-5)
+    assert np.array_equal(state.pair_count, reference.pair_count)
+
+
+def test_ctrl_c_during_the_commit_waits_for_it_to_finish(monkeypatch):
+    model = random_model(num_layers=6)
+    keep = AGGRESSIVE.pruning_layers(6)
+    state, reference = LazyState(model), LazyState(model)
+    for s in (state, reference):
+        engine.step(s, random_tokens(80), keep)
+    engine.step(reference, [7], keep)
+    commit = LazyState.commit
+
+    def interrupted_commit(self, *args):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the commit runs
+        commit(self, *args)
+
+    monkeypatch.setattr(LazyState, "commit", interrupted_commit)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step(state, [7], keep)
+    assert state.tokens == reference.tokens  # the step landed whole, then Ctrl-C was raised
+    assert np.array_equal(state.depth, reference.depth)
     assert np.array_equal(state.pair_count, reference.pair_count)
