@@ -23,6 +23,10 @@ import numpy as np
 from lazymlx.config import LazyConfig
 from lazymlx.state import LazyState, StepRecord, contiguous
 
+QUERY_CHUNK = (
+    2048  # mlx-lm's default prefill_step_size, so keep-all matches stock's memory and speed
+)
+
 
 def prompt_step(state: LazyState, tokens: list[int], config: LazyConfig) -> mx.array:
     """A prompt or a new chat turn: always pruned by the schedule."""
@@ -142,12 +146,43 @@ def _block(
         keys, values = state.read_kv(layer, present)
     if last_only:
         queries, x, computed = queries[:, :, -1:], x[:, -1:], computed[-1:]
-    out = mx.fast.scaled_dot_product_attention(
-        queries, keys, values, scale=attn.scale, mask=_causal_mask(computed, present)
-    )
+    out = _attention(queries, keys, values, attn.scale, computed, present)
     out = out.transpose(0, 2, 1, 3).reshape(1, len(computed), -1)
     h = x + attn.o_proj(out)
     return h + block.mlp(block.post_attention_layernorm(h)), queries, keys
+
+
+def _attention(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    scale: float,
+    computed: np.ndarray,
+    present: np.ndarray,
+) -> mx.array:
+    """Fused attention, QUERY_CHUNK queries at a time, each over the keys up to its last position.
+
+    Chunking bounds the score matrix MLX's CPU attention materializes (heads × chunk × keys) and
+    skips keys later than a whole chunk, as mlx-lm's chunked prefill does.
+    """
+    if len(computed) <= QUERY_CHUNK:
+        return mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=scale, mask=_causal_mask(computed, present)
+        )
+    outputs = []
+    for start in range(0, len(computed), QUERY_CHUNK):
+        chunk = computed[start : start + QUERY_CHUNK]
+        visible = int(np.searchsorted(present, chunk[-1], side="right"))
+        outputs.append(
+            mx.fast.scaled_dot_product_attention(
+                queries[:, :, start : start + QUERY_CHUNK],
+                keys[:, :, :visible],
+                values[:, :, :visible],
+                scale=scale,
+                mask=_causal_mask(chunk, present[:visible]),
+            )
+        )
+    return mx.concatenate(outputs, axis=2)
 
 
 def _rope(rope, x: mx.array, positions: np.ndarray) -> mx.array:

@@ -319,3 +319,22 @@ def test_ctrl_c_during_the_commit_waits_for_it_to_finish(monkeypatch):
     assert state.tokens == reference.tokens  # the step landed whole, then Ctrl-C was raised
     assert np.array_equal(state.depth, reference.depth)
     assert np.array_equal(state.pair_count, reference.pair_count)
+
+
+@pytest.mark.parametrize("config", [LazyConfig(), AGGRESSIVE], ids=["off", "aggressive"])
+def test_attention_in_query_chunks_changes_nothing(monkeypatch, config):
+    model = random_model(num_layers=6)
+    prompt, turn = random_tokens(150), random_tokens(60, seed=1)
+
+    def two_turns():
+        state = LazyState(model)
+        first = engine.prompt_step(state, prompt, config)
+        second = engine.prompt_step(state, turn, config)  # revived tokens join the queries
+        return first, second, state.pair_count.copy()
+
+    whole = two_turns()
+    monkeypatch.setattr(engine, "QUERY_CHUNK", 16)
+    chunked = two_turns()
+    assert mx.allclose(whole[0], chunked[0], atol=1e-5)
+    assert mx.allclose(whole[1], chunked[1], atol=1e-5)
+    assert np.array_equal(whole[2], chunked[2])
