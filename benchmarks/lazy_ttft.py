@@ -23,7 +23,7 @@ MODES: dict[str, LazyConfig | None] = {
     "stock mlx-lm": None,
     "off": LazyConfig.preset("off"),
     "default": LazyConfig.preset("default"),
-    "default, full decode": LazyConfig(
+    "default (full decode)": LazyConfig(
         schedule=LazyConfig.preset("default").schedule, decode="full"
     ),
 }
