@@ -49,9 +49,7 @@ def main() -> None:
         report[mode] = {"seconds": [round(s, 3) for s in seconds], "pairs": pairs}
     cache = make_prompt_cache(model)
     mx.eval(model(mx.array([prompt]), cache=cache))
-    stock = [
-        timed(lambda: mx.eval(model(mx.array([[token]]), cache=cache))) for _ in range(args.steps)
-    ]
+    stock = [timed(model, mx.array([[token]]), cache) for _ in range(args.steps)]
     report["stock"] = {"seconds": [round(s, 3) for s in stock]}
     print(json.dumps(report, indent=1))
 

@@ -23,9 +23,8 @@ import numpy as np
 from lazymlx.config import LazyConfig
 from lazymlx.state import LazyState, StepRecord, contiguous
 
-QUERY_CHUNK = (
-    2048  # mlx-lm's default prefill_step_size, so keep-all matches stock's memory and speed
-)
+# mlx-lm's default prefill_step_size, so keep-all matches stock's memory and speed
+QUERY_CHUNK = 2048
 
 
 def prompt_step(state: LazyState, tokens: list[int], config: LazyConfig) -> mx.array:
@@ -165,10 +164,6 @@ def _attention(
     Chunking bounds the score matrix MLX's CPU attention materializes (heads × chunk × keys) and
     skips keys later than a whole chunk, as mlx-lm's chunked prefill does.
     """
-    if len(computed) <= QUERY_CHUNK:
-        return mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=scale, mask=_causal_mask(computed, present)
-        )
     outputs = []
     for start in range(0, len(computed), QUERY_CHUNK):
         chunk = computed[start : start + QUERY_CHUNK]
@@ -182,7 +177,7 @@ def _attention(
                 mask=_causal_mask(chunk, present[:visible]),
             )
         )
-    return mx.concatenate(outputs, axis=2)
+    return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=2)
 
 
 def _rope(rope, x: mx.array, positions: np.ndarray) -> mx.array:
