@@ -7,13 +7,17 @@ Depths are fractions of the model's layer count so one schedule fits SmolLM2's 3
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lazymlx.errors import LazymlxError
 
 # "lazy": every decode step re-selects tokens by the new token's attention and revives the ones it
 # needs (the paper's behaviour). "full": decode attends to all cached KV and revives nothing.
 DECODE_MODES = ("lazy", "full")
+# How a pruning layer ranks tokens. "attention": the last token's attention at that layer (LazyLLM).
+# The paper's two baselines, run by the same engine at the same schedule: "static" ranks once, at
+# the step's first pruning layer, and reuses that order deeper; "random" drops tokens at random.
+SELECTIONS = ("attention", "static", "random")
 
 
 @dataclass(frozen=True)
@@ -26,11 +30,15 @@ class LazyConfig:
     keep_first: the first tokens (attention sinks) are never pruned.
     decode: what a single-token decode step does, one of DECODE_MODES. Prompt steps (the prompt,
         a new chat turn) always prune by the schedule.
+    selection: how pruning layers rank tokens, one of SELECTIONS.
+    seed: for random selection, so a random-drop run can be repeated exactly.
     """
 
     schedule: tuple[tuple[float, float], ...] = ()
     keep_first: int = 0
     decode: str = "lazy"
+    selection: str = "attention"
+    seed: int = 0
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((float(depth), float(ratio)) for depth, ratio in self.schedule))
@@ -44,6 +52,10 @@ class LazyConfig:
         if self.decode not in DECODE_MODES:
             raise LazymlxError(
                 f"unknown decode mode {self.decode!r}; choose one of: {', '.join(DECODE_MODES)}"
+            )
+        if self.selection not in SELECTIONS:
+            raise LazymlxError(
+                f"unknown selection {self.selection!r}; choose one of: {', '.join(SELECTIONS)}"
             )
         object.__setattr__(self, "schedule", pairs)
 
@@ -75,7 +87,8 @@ class LazyConfig:
             return "keep all tokens"
         steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
-        return f"{steps}{sinks}, decode {self.decode}"
+        ranked = "" if self.selection == "attention" else f", {self.selection} selection"
+        return f"{steps}{sinks}{ranked}, decode {self.decode}"
 
 
 PRESETS: dict[str, LazyConfig] = {
@@ -85,3 +98,13 @@ PRESETS: dict[str, LazyConfig] = {
     # first pruning layer kept all of them at 512, 1k and 2k tokens.
     "default": LazyConfig(schedule=((0.27, 0.6), (0.54, 0.5), (0.8, 0.5))),
 }
+
+
+def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
+    """The paper's comparison strategies at a schedule: ranked statically or at random, and, like
+    one-shot pruning, never revived (decoding attends to the KV the prompt step left)."""
+    return replace(config, selection=selection, decode="full")
+
+
+PRESETS["static"] = baseline_variant(PRESETS["default"], "static")
+PRESETS["random"] = baseline_variant(PRESETS["default"], "random")

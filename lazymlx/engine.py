@@ -29,14 +29,44 @@ QUERY_CHUNK = 2048
 
 def prompt_step(state: LazyState, tokens: list[int], config: LazyConfig) -> mx.array:
     """A prompt or a new chat turn: always pruned by the schedule."""
-    return step(state, tokens, config.pruning_layers(state.num_layers), config.keep_first)
+    ranker = Ranker(config.selection, config.seed, state.offset)
+    return step(state, tokens, config.pruning_layers(state.num_layers), config.keep_first, ranker)
 
 
 def decode_step(state: LazyState, token: int, config: LazyConfig) -> mx.array:
     """One generated token, as the config's decode mode says."""
     if config.decode == "full":
         return step(state, [token], {}, config.keep_first, revive=False)
-    return step(state, [token], config.pruning_layers(state.num_layers), config.keep_first)
+    ranker = Ranker(config.selection, config.seed, state.offset)
+    return step(state, [token], config.pruning_layers(state.num_layers), config.keep_first, ranker)
+
+
+class Ranker:
+    """Scores the present tokens at a pruning layer; higher scores go deeper.
+
+    "attention" is LazyLLM's: the last token's head-averaged attention at this very layer.
+    "static" scores once, at the step's first pruning layer, and ranks deeper layers by those
+    same scores (the paper's one-shot pruning); "random" draws scores from a generator seeded
+    by the config's seed and the step's start, so a run repeats exactly.
+    """
+
+    def __init__(self, selection: str = "attention", seed: int = 0, start: int = 0) -> None:
+        self.selection = selection
+        self.rng = np.random.default_rng([seed, start]) if selection == "random" else None
+        self.fixed: dict[int, float] | None = None  # static: position → first pruning layer score
+
+    def scores(
+        self, queries: mx.array, keys: mx.array, scale: float, present: np.ndarray
+    ) -> np.ndarray:
+        if self.rng is not None:
+            return self.rng.random(len(present), dtype=np.float32)
+        if self.fixed is not None:
+            return np.array([self.fixed[p] for p in present.tolist()], dtype=np.float32)
+        # the host sync of this pruning layer
+        scores = np.array(_last_token_attention(queries, keys, scale), dtype=np.float32)
+        if self.selection == "static":
+            self.fixed = dict(zip(present.tolist(), scores.tolist(), strict=True))
+        return scores
 
 
 def step(
@@ -44,18 +74,23 @@ def step(
     new_tokens: list[int],
     keep_ratios: dict[int, float],
     keep_first: int = 0,
+    ranker: Ranker | None = None,
     revive: bool = True,
 ) -> mx.array:
     """Run `new_tokens` through the model over `state`; returns the last token's logits (vocab,).
 
     keep_ratios: layer index → fraction of the present tokens kept after that layer.
+    ranker: how pruning layers score tokens (LazyLLM's attention scores when None).
     revive: tokens without KV at a layer may rejoin from their Aux slot. Without it, each layer
         sees only the tokens cached there plus the new ones (decoding over all cached KV).
     """
     start = state.offset
     new = state.append(new_tokens)
+    ranker = ranker or Ranker()
     try:
-        logits, record, depth, dropped = _layers(state, new, keep_ratios, keep_first, revive)
+        logits, record, depth, dropped = _layers(
+            state, new, keep_ratios, keep_first, ranker, revive
+        )
     except BaseException:  # Ctrl-C in a long prefill: leave the state as it was before the step
         state.trim(start)
         raise
@@ -85,6 +120,7 @@ def _layers(
     new: np.ndarray,
     keep_ratios: dict[int, float],
     keep_first: int,
+    ranker: Ranker,
     revive: bool,
 ) -> tuple[mx.array, StepRecord, np.ndarray, list[tuple[np.ndarray, mx.array]]]:
     """The layer loop; the state's bookkeeping is left for the caller to commit."""
@@ -110,7 +146,7 @@ def _layers(
         ratio = keep_ratios.get(layer)
         carried = computed
         if ratio and not deepest and math.ceil(ratio * len(present)) < len(present):
-            scores = _last_token_attention(queries, keys, block.self_attn.scale)
+            scores = ranker.scores(queries, keys, block.self_attn.scale, present)
             present = _top(scores, present, ratio, keep_first)
             kept = np.isin(computed, present)
             if not kept.all():
@@ -224,9 +260,8 @@ def _last_token_attention(queries: mx.array, keys: mx.array, scale: float) -> mx
     return mx.softmax(logits, axis=-1, precise=True).mean(axis=(0, 1))
 
 
-def _top(scores: mx.array, present: np.ndarray, ratio: float, keep_first: int) -> np.ndarray:
+def _top(scores: np.ndarray, present: np.ndarray, ratio: float, keep_first: int) -> np.ndarray:
     """The ceil(ratio·n) best-scored present positions, always with the last and the first few."""
-    scores = np.array(scores, dtype=np.float32)  # the host sync of this pruning layer
     scores[present < keep_first] = np.inf
     scores[-1] = np.inf  # the last token predicts the next one
     k = max(math.ceil(ratio * len(present)), int(np.isinf(scores).sum()))

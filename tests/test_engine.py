@@ -18,6 +18,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 import lazymlx
 from lazymlx import LazyConfig, LazyState, engine
+from lazymlx.config import SELECTIONS
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
@@ -208,13 +209,16 @@ PROPERTY_MODEL = None
     decode=st.sampled_from(["lazy", "full"]),
     keep_first=st.integers(0, 4),
     turns=st.integers(1, 2),
+    selection=st.sampled_from(SELECTIONS),
 )
 def test_random_schedules_keep_every_invariant(
-    schedule, prompt_len, steps, decode, keep_first, turns
+    schedule, prompt_len, steps, decode, keep_first, turns, selection
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
-    config = LazyConfig(schedule=tuple(schedule), keep_first=keep_first, decode=decode)
+    config = LazyConfig(
+        schedule=tuple(schedule), keep_first=keep_first, decode=decode, selection=selection
+    )
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL, record=True)
     for turn in range(turns):
@@ -338,3 +342,48 @@ def test_attention_in_query_chunks_changes_nothing(monkeypatch, config):
     assert mx.allclose(whole[0], chunked[0], atol=1e-5)
     assert mx.allclose(whole[1], chunked[1], atol=1e-5)
     assert np.array_equal(whole[2], chunked[2])
+
+
+def scored_calls(monkeypatch) -> list[np.ndarray]:
+    """Records the attention scores each pruning layer computes."""
+    calls = []
+    original = engine._last_token_attention
+
+    def recording(queries, keys, scale):
+        scores = original(queries, keys, scale)
+        calls.append(np.array(scores))
+        return scores
+
+    monkeypatch.setattr(engine, "_last_token_attention", recording)
+    return calls
+
+
+def test_static_selection_ranks_once_by_the_first_pruning_layer(monkeypatch):
+    model = random_model(num_layers=8)
+    calls = scored_calls(monkeypatch)
+    state = LazyState(model, record=True)
+    config = LazyConfig(schedule=AGGRESSIVE.schedule, selection="static", decode="full")
+    engine_greedy(model, random_tokens(120), 4, config, state)
+    assert len(calls) == 1  # one ranking for the prompt, none in full decode
+    prefill = state.history[0]
+    others = [p for p in np.argsort(-calls[0], kind="stable").tolist() if p != 119]
+    for layer in (1, 3, 4):  # the pruning layers: floor(0.2·8), floor(0.4·8), floor(0.6·8)
+        kept = prefill.computed[layer + 1].tolist()
+        # the last token, then the best of the others by the first layer's scores
+        assert set(kept) == {119, *others[: len(kept) - 1]}
+    assert state.pair_count[:120].sum() == sum(np.sum(c < 120) for c in prefill.computed)
+    assert state.pair_count.max() == 1
+
+
+def test_random_selection_repeats_for_a_seed_and_differs_across_seeds(monkeypatch):
+    model = random_model(num_layers=8)
+    calls = scored_calls(monkeypatch)
+    kept = []
+    for seed in (0, 0, 1):
+        state = LazyState(model, record=True)
+        config = LazyConfig(schedule=AGGRESSIVE.schedule, selection="random", seed=seed)
+        engine.prompt_step(state, random_tokens(120), config)
+        kept.append([c.tolist() for c in state.history[0].computed])
+    assert calls == []  # random selection never looks at attention
+    assert kept[0] == kept[1] and kept[0] != kept[2]
+    assert [len(c) for c in kept[0]] == [len(c) for c in kept[2]]  # same schedule, same sizes

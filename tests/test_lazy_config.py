@@ -17,6 +17,7 @@ from lazymlx.errors import LazymlxError
         ({"schedule": ((-0.1, 0.5),)}, r"pruning depth must be in \[0, 1\), got -0.1"),
         ({"keep_first": -1}, "keep_first must be >= 0"),
         ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: lazy, full"),
+        ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )
 def test_invalid_fields_are_clear_errors(kwargs, message):
