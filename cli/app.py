@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from lazymlx.cli import measure
 from lazymlx.cli.console import (
     conversion_progress,
     err,
@@ -29,6 +30,9 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="List and pull models.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.command()(measure.bench)
+app.command("eval")(measure.evaluate)
+app.command()(measure.calibrate)
 
 ModelOption = Annotated[
     str,
@@ -50,18 +54,21 @@ Lazy = Annotated[
     str,
     typer.Option(
         "--lazy",
-        help=f"LazyLLM pruning preset: {', '.join(PRESETS)}. 'off' runs stock mlx-lm.",
+        help=f"LazyLLM pruning preset: {', '.join(PRESETS)} or one `lazymlx calibrate` saved. "
+        "'off' runs stock mlx-lm.",
     ),
 ]
 
 
-def _lazy_config(preset: str) -> LazyConfig | None:
+def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline)."""
-    config = LazyConfig.preset(preset)
+    from lazymlx.presets import resolve_preset
+
+    config = resolve_preset(preset, model)
     return None if preset == "off" else config
 
 
-def _load(model: str):
+def load_model(model: str):
     from lazymlx.models.loading import load
 
     with conversion_progress() as progress:
@@ -88,9 +95,9 @@ def chat(
         prompt = sys.stdin.read()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
-    config = _lazy_config(lazy)
+    config = _lazy_config(lazy, model)
     session = ChatSession(
-        *_load(model),
+        *load_model(model),
         system=system,
         lazy=config,
         max_tokens=max_tokens,
@@ -129,8 +136,8 @@ def generate(
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise LazymlxError("the prompt is empty; pass text with -p")
-    config = _lazy_config(lazy)
-    loaded_model, tokenizer = _load(model)
+    config = _lazy_config(lazy, model)
+    loaded_model, tokenizer = load_model(model)
     tokens: str | list[int] = prompt
     if not raw:
         if tokenizer.chat_template is None:

@@ -167,7 +167,14 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
         (["frobnicate"], "No such command 'frobnicate'", 2),
         (["generate", "-p", "  "], "the prompt is empty", 1),
         (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; known names: smollm2-135m", 1),
-        (["chat", "--lazy", "fast", "-p", "hi"], "unknown lazy preset 'fast'; choose one of", 1),
+        (["chat", "--lazy", "fast", "-p", "hi"], "unknown lazy preset 'fast'", 1),
+        (["bench", "--prompt-len", "2x"], "bad prompt length '2x'; write a token count", 1),
+        (["bench", "--lazy", "fast"], "unknown lazy preset 'fast' for smollm2-135m", 1),
+        (["bench", "--output", "xml"], "unknown --output 'xml'; choose one of: md, json, csv", 1),
+        (["bench", "--lazy", " ,"], "no preset given to --lazy", 1),
+        (["eval", "--task", "trivia"], "unknown task 'trivia'; choose from: all, passkey", 1),
+        (["calibrate", "--selections", "static"], "--selections takes attention plus", 1),
+        (["calibrate", "--target", "2"], "Invalid value for '--target'", 2),
     ],
 )
 def test_errors_are_one_line_without_traceback(capsys, argv, message, code):

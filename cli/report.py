@@ -1,0 +1,114 @@
+"""Benchmark, eval and calibration results as a table (markdown-shaped), JSON or CSV on stdout.
+
+The md table is a rich table drawn with markdown borders: readable in a terminal and pasteable
+into a README as it is. JSON is one object (header keys, then "rows" and any extra lists).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from lazymlx.cli.console import err, out
+from lazymlx.errors import LazymlxError
+
+FORMATS = ("md", "json", "csv")
+Column = tuple[str, str, Callable[[Any], str]]  # (key, heading, how a value is shown)
+
+
+def check_format(output: str) -> str:
+    if output not in FORMATS:
+        raise LazymlxError(f"unknown --output {output!r}; choose one of: {', '.join(FORMATS)}")
+    return output
+
+
+def seconds(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def yes_no(value: bool | None) -> str:
+    return "—" if value is None else ("yes" if value else "no")
+
+
+def emit(
+    output: str, head: dict, rows: list[dict], columns: list[Column], **extra: list[dict]
+) -> None:
+    """Print rows in the chosen format; md shows `columns`, json and csv every key."""
+    if output == "json":
+        out.file.write(json.dumps(head | {"rows": rows} | extra, indent=1) + "\n")
+    elif output == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        for key, value in head.items():
+            for line in value.items() if isinstance(value, dict) else [value]:
+                shown = f"{line[0]}: {line[1]}" if isinstance(line, tuple) else line
+                out.print(f"{key}: {shown}", soft_wrap=True)
+        table = Table(box=box.MARKDOWN, show_edge=True)
+        for _, heading, _ in columns:
+            table.add_column(heading, no_wrap=True)
+        for row in rows:
+            table.add_row(*(show(row[key]) for key, _, show in columns))
+        if out.is_terminal:
+            out.print(table)
+        else:  # a file or a pipe: nothing limits the width, so keep every cell whole
+            width = Measurement.get(out, out.options.update(max_width=10_000), table).maximum
+            Console(file=out.file, width=width, highlight=False).print(table)
+
+
+@contextmanager
+def run_progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A bar over all runs on stderr; the spinner and clock keep moving during a long prefill.
+
+    Off a terminal (CI logs, a redirected stderr) a live bar is only noise, so nothing is shown.
+    """
+    if not err.is_terminal:
+        yield lambda description: None
+        return
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task = progress.add_task("starting", total=total)
+    started = False
+
+    def advance(description: str) -> None:
+        nonlocal started
+        if started:
+            progress.advance(task)
+        started = True
+        progress.update(task, description=description)
+
+    with progress:
+        yield advance

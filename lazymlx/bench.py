@@ -1,0 +1,140 @@
+"""The timing harness behind `lazymlx bench`: TTFT and friends, stock mlx-lm next to each strategy.
+
+For every length, one prompt runs through the baseline and each strategy back to back, `repeats`
+times, after one untimed warm-up of every strategy on the prompt's first tokens (as llama-bench
+warms up before timing). Rows report means ± standard deviations; a speedup is the baseline's
+mean TTFT over the strategy's, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from lazymlx.errors import LazymlxError
+from lazymlx.evals.tasks import make_case
+from lazymlx.generation import encode_prompt
+from lazymlx.measure import BASELINE_STRATEGY, Run, Strategy, run_once
+from lazymlx.platform import blas_name, device_name
+
+PROMPT_KINDS = ("passkey", "random")
+WARMUP_TOKENS = 256
+PASSKEY_SEED = 2  # the passkey at mid depth (0.5)
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    tokens: list[int]
+    answer: str | None  # the gold answer of a retrieval prompt, None for random tokens or a file
+
+
+def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPrompt:
+    """A prompt of about `length` tokens: a passkey retrieval, random tokens, or a text file's start.
+
+    Retrieval is the default because random tokens say nothing about what pruning costs.
+    """
+    if kind == "passkey":
+        case = make_case("passkey", tokenizer, length, PASSKEY_SEED)
+        return BenchPrompt(encode_prompt(tokenizer, case.text).tolist(), case.gold)
+    if kind == "random":
+        special = max(tokenizer.all_special_ids, default=0) + 1
+        rng = np.random.default_rng(length)
+        return BenchPrompt(rng.integers(special, len(tokenizer.vocab), size=length).tolist(), None)
+    path = Path(kind).expanduser()
+    if not path.is_file():
+        raise LazymlxError(
+            f"--prompt {kind!r} is neither {' nor '.join(PROMPT_KINDS)} nor a readable file; "
+            "pass one of those or a path to a text file"
+        )
+    tokens = encode_prompt(tokenizer, path.read_text(errors="replace")).tolist()
+    if len(tokens) < length:
+        raise LazymlxError(
+            f"{path} has {len(tokens)} tokens, fewer than the {length} asked for; "
+            "pass a shorter --prompt-len or a longer file"
+        )
+    return BenchPrompt(tokens[:length], None)
+
+
+def header(model_name: str, **settings) -> dict:
+    """Where and with what a benchmark ran, for the report's header and the JSON."""
+    import mlx_lm
+
+    import lazymlx
+
+    return {
+        "device": device_name(),
+        "backend": "Metal" if mx.metal.is_available() else "CPU",
+        "blas": blas_name(),
+        "model": model_name,
+        "mlx": mx.__version__,
+        "mlx_lm": mlx_lm.__version__,
+        "lazymlx": lazymlx.__version__,
+        "python": platform.python_version(),
+        "date": date.today().isoformat(),
+    } | settings
+
+
+def bench(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    lengths: list[int],
+    strategies: list[Strategy],
+    prompt_kind: str = "passkey",
+    gen_len: int = 128,
+    repeats: int = 1,
+    on_run: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """One row per (length, strategy), the baseline first at each length."""
+    strategies = [BASELINE_STRATEGY, *strategies]
+    rows = []
+    for length in lengths:
+        prompt = bench_prompt(tokenizer, prompt_kind, length)
+        for strategy in strategies:
+            if on_run:
+                on_run(f"warm-up {strategy.mode}")
+            run_once(model, tokenizer, prompt.tokens[:WARMUP_TOKENS], 2, strategy.config)
+        runs: dict[str, list[Run]] = {s.mode: [] for s in strategies}
+        for repeat in range(repeats):
+            for strategy in strategies:
+                if on_run:
+                    on_run(f"{length} tokens, {strategy.mode}, run {repeat + 1}/{repeats}")
+                runs[strategy.mode].append(
+                    run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
+                )
+        baseline = runs[BASELINE_STRATEGY.mode]
+        rows += [_row(mode, mine, baseline, prompt) for mode, mine in runs.items()]
+    return rows
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -> dict:
+    ttft, ttft_std = _mean_std([r.ttft_s for r in runs])
+    first = runs[0]
+    return {
+        "mode": mode,
+        "prompt_tokens": first.prompt_tokens,
+        "ttft_s": ttft,
+        "ttft_std": ttft_std,
+        "prompt_tps": statistics.mean(r.prompt_tps for r in runs),
+        "generation_tps": statistics.mean(r.generation_tps for r in runs),
+        "generation_tokens": len(first.tokens),
+        "peak_memory_gb": max(r.peak_memory_gb for r in runs),
+        "compute_fraction": first.compute_fraction,
+        "speedup": statistics.mean(r.ttft_s for r in baseline) / ttft,
+        "answer_matches_baseline": all(r.tokens == baseline[0].tokens for r in runs),
+        "answer_correct": None if prompt.answer is None else prompt.answer in first.text,
+        "repeats": len(runs),
+        "text": first.text,
+    }

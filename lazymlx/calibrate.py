@@ -1,0 +1,90 @@
+"""Schedule search: the fastest schedule whose answers agree with the baseline's often enough.
+
+Candidates are run on calibration cases (seeds disjoint from the eval suite's) next to the
+baseline. "Fastest" is ranked by the prefill compute fraction the engine counts, which is exact
+and repeatable, rather than by wall time, which this shared machine makes noisy; the measured
+speedup is reported beside it. The same run can also evaluate the paper's static and random
+strategies at every candidate schedule, which is what the speed–accuracy plot is drawn from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.nn as nn
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from lazymlx.config import LazyConfig, baseline_variant
+from lazymlx.evals.runner import Record, evaluate, summarize
+from lazymlx.evals.tasks import Case
+from lazymlx.measure import Strategy
+
+# Few pruning layers and none early (the design note's finding); from aggressive to gentle.
+CANDIDATES: tuple[tuple[tuple[float, float], ...], ...] = (
+    ((0.2, 0.5), (0.5, 0.5), (0.8, 0.5)),
+    ((0.27, 0.5), (0.54, 0.5), (0.8, 0.5)),
+    ((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)),
+    ((0.34, 0.7), (0.54, 0.5), (0.8, 0.5)),
+    ((0.27, 0.8), (0.54, 0.7), (0.8, 0.7)),
+    ((0.5, 0.7),),
+)
+
+
+def schedule_label(config: LazyConfig) -> str:
+    """e.g. '0.6@27% 0.5@54% 0.5@80%': keep ratio at depth."""
+    return " ".join(f"{ratio:g}@{depth:.0%}" for depth, ratio in config.schedule) or "keep all"
+
+
+def expected_fraction(config: LazyConfig, num_layers: int) -> float:
+    """Prefill compute fraction the schedule implies (exact up to rounding of ceil(r·n))."""
+    ratios = config.pruning_layers(num_layers)
+    kept, total = 1.0, 0.0
+    for layer in range(num_layers):
+        total += kept
+        kept *= ratios.get(layer, 1.0)
+    return total / num_layers
+
+
+def candidate_strategies(
+    schedules: tuple[tuple[tuple[float, float], ...], ...], selections: tuple[str, ...]
+) -> list[Strategy]:
+    strategies = []
+    for schedule in schedules:
+        lazy = LazyConfig(schedule=schedule)
+        for selection in selections:
+            config = lazy if selection == "attention" else baseline_variant(lazy, selection)
+            strategies.append(Strategy(f"{selection}: {schedule_label(lazy)}", config))
+    return strategies
+
+
+@dataclass
+class Calibration:
+    frontier: list[dict]  # one row per candidate strategy, with accuracy and agreement
+    chosen: LazyConfig | None  # the attention schedule chosen, or None if none met the target
+    records: list[Record]
+
+
+def calibrate(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    cases: list[Case],
+    target: float,
+    schedules: tuple[tuple[tuple[float, float], ...], ...] = CANDIDATES,
+    selections: tuple[str, ...] = ("attention",),
+    agree_tokens: int = 8,
+    on_run: Callable[[Case, str], None] | None = None,
+) -> Calibration:
+    strategies = candidate_strategies(schedules, selections)
+    records = evaluate(model, tokenizer, cases, strategies, agree_tokens, on_run)
+    rows = summarize(records, by=("mode",))
+    configs = {s.mode: s.config for s in strategies}
+    for row in rows:
+        config = configs.get(row["mode"])
+        row["schedule"] = [list(pair) for pair in config.schedule] if config else []
+        row["selection"] = config.selection if config else "baseline"
+        row["meets_target"] = row["agreement"] >= target - 1e-9
+    passing = [row for row in rows if row["selection"] == "attention" and row["meets_target"]]
+    best = min(passing, key=lambda row: row["compute_fraction"], default=None)
+    chosen = None if best is None else configs[best["mode"]]
+    return Calibration(frontier=rows, chosen=chosen, records=records)

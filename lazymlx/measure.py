@@ -1,0 +1,76 @@
+"""One timed generation, the unit every benchmark, eval and calibration run is made of.
+
+Strategies are named as in reports: "baseline" is stock mlx-lm, "lazy:<preset>" the LazyLLM
+engine with a preset (lazy:off keeps every token), and "static" / "random" the paper's two
+comparison strategies run by the same engine at the default preset's schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mlx.nn as nn
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from lazymlx.config import LazyConfig
+from lazymlx.generation import stream_generate
+from lazymlx.presets import resolve_preset
+
+BASELINE = "baseline"
+COMPARISONS = ("static", "random")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named way to run a prompt: `config` None is stock mlx-lm."""
+
+    mode: str
+    config: LazyConfig | None
+
+
+def strategy(preset: str, model: str) -> Strategy:
+    """The strategy a preset name stands for in a benchmark (where 'off' is the engine, kept)."""
+    mode = preset if preset in COMPARISONS else f"lazy:{preset}"
+    return Strategy(mode, resolve_preset(preset, model))
+
+
+BASELINE_STRATEGY = Strategy(BASELINE, None)
+
+
+@dataclass
+class Run:
+    """What one generation measured; `compute_fraction` is the engine's count (1 for stock)."""
+
+    prompt_tokens: int
+    ttft_s: float
+    prompt_tps: float
+    generation_tps: float
+    peak_memory_gb: float
+    compute_fraction: float
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+
+
+def run_once(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    prompt: list[int],
+    max_tokens: int,
+    config: LazyConfig | None,
+) -> Run:
+    """Greedy generation of up to `max_tokens` tokens; stops at eos like any generation."""
+    tokens, pieces, last = [], [], None
+    for last in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens, lazy=config):
+        tokens.append(last.token)
+        pieces.append(last.text)
+    return Run(
+        prompt_tokens=last.prompt_tokens,
+        ttft_s=last.ttft_s,
+        prompt_tps=last.prompt_tps,
+        # one token is no decode at all: mlx-lm would divide 1 by a few microseconds
+        generation_tps=last.generation_tps if last.generation_tokens > 1 else 0.0,
+        peak_memory_gb=last.peak_memory,
+        compute_fraction=last.lazy.prefill_fraction if last.lazy else 1.0,
+        tokens=tokens,
+        text="".join(pieces),
+    )

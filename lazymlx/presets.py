@@ -1,0 +1,94 @@
+"""Preset lookup: the built-in presets and the ones `lazymlx calibrate` saved for a model.
+
+Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
+model), so they are stored per model name in one JSON file beside the converted models, written
+atomically so an interrupted save never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lazymlx.config import PRESETS, LazyConfig, baseline_variant
+from lazymlx.errors import LazymlxError
+from lazymlx.models.registry import models_dir
+
+
+def presets_file() -> Path:
+    return models_dir() / "presets.json"
+
+
+def model_key(model: str) -> str:
+    """Paths are stored absolute so `./m` and `m` name one model; registry and hub names as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def _read() -> dict[str, dict[str, Any]]:
+    path = presets_file()
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise LazymlxError(
+            f"cannot read saved presets in {path} ({error}); fix or delete that file"
+        ) from error
+
+
+def saved_presets(model: str) -> dict[str, LazyConfig]:
+    saved = _read().get(model_key(model), {})
+    return {name: config_from_dict(entry["config"]) for name, entry in saved.items()}
+
+
+def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
+    return LazyConfig(
+        schedule=tuple(tuple(pair) for pair in entry.get("schedule", ())),
+        keep_first=entry.get("keep_first", 0),
+        decode=entry.get("decode", "lazy"),
+        selection=entry.get("selection", "attention"),
+        seed=entry.get("seed", 0),
+    )
+
+
+def preset_names(model: str) -> list[str]:
+    return list(dict.fromkeys([*PRESETS, *saved_presets(model)]))
+
+
+def resolve_preset(name: str, model: str) -> LazyConfig:
+    """A preset for this model: its calibrated ones first, then the built-in ones.
+
+    `static` and `random` follow the model's `default` schedule unless saved under those names,
+    so the comparison strategies always prune exactly as much as the preset they are compared to.
+    """
+    saved = saved_presets(model)
+    if name in saved:
+        return saved[name]
+    if name in ("static", "random"):
+        return baseline_variant(resolve_preset("default", model), name)
+    if name in PRESETS:
+        return PRESETS[name]
+    raise LazymlxError(
+        f"unknown lazy preset {name!r} for {model}; choose one of: {', '.join(preset_names(model))}"
+    )
+
+
+def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
+    """Store a calibrated preset for a model (replacing one of the same name), atomically."""
+    if name in ("off", "static", "random"):
+        raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
+    everything = _read()
+    entry = {"config": asdict(config), "calibration": details}
+    everything.setdefault(model_key(model), {})[name] = entry
+    path = presets_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
+        json.dump(everything, file, indent=1)
+        staged = Path(file.name)
+    os.replace(staged, path)
+    return path

@@ -1,0 +1,62 @@
+"""Presets: built-in ones, the paper's comparison strategies, and calibrated ones saved per model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lazymlx import LazyConfig
+from lazymlx.config import PRESETS
+from lazymlx.errors import LazymlxError
+from lazymlx.presets import presets_file, resolve_preset, save_preset, saved_presets
+
+
+@pytest.fixture(autouse=True)
+def no_saved_presets():
+    presets_file().unlink(missing_ok=True)
+    yield
+    presets_file().unlink(missing_ok=True)
+
+
+def test_builtin_presets_and_the_comparison_strategies():
+    assert resolve_preset("off", "any-model") == LazyConfig()
+    default = resolve_preset("default", "any-model")
+    assert default == PRESETS["default"]
+    for selection in ("static", "random"):
+        variant = resolve_preset(selection, "any-model")
+        assert variant.schedule == default.schedule
+        assert variant.selection == selection and variant.decode == "full"
+
+
+def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
+    model_dir = tmp_path / "my-model"
+    model_dir.mkdir()
+    tuned = LazyConfig(schedule=((0.5, 0.7),))
+    path = save_preset(str(model_dir), "tuned", tuned, {"target": 0.97})
+    assert resolve_preset("tuned", str(model_dir)) == tuned
+    assert resolve_preset("tuned", str(tmp_path / ".." / tmp_path.name / "my-model")) == tuned
+    with pytest.raises(LazymlxError, match="unknown lazy preset 'tuned' for other"):
+        resolve_preset("tuned", "other")
+    saved = json.loads(path.read_text())
+    assert saved[str(model_dir)]["tuned"]["calibration"] == {"target": 0.97}
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_a_calibrated_default_moves_static_and_random_with_it():
+    tuned = LazyConfig(schedule=((0.4, 0.6),))
+    save_preset("m", "default", tuned, {})
+    assert resolve_preset("default", "m") == tuned
+    assert resolve_preset("static", "m").schedule == tuned.schedule
+    assert resolve_preset("default", "other") == PRESETS["default"]
+
+
+def test_preset_errors():
+    with pytest.raises(LazymlxError, match="choose one of: off, default, static, random"):
+        resolve_preset("fast", "m")
+    with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
+        save_preset("m", "static", LazyConfig(), {})
+    presets_file().parent.mkdir(parents=True, exist_ok=True)
+    presets_file().write_text("{not json")
+    with pytest.raises(LazymlxError, match="cannot read saved presets in .*; fix or delete"):
+        saved_presets("m")
