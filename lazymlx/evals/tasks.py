@@ -26,9 +26,10 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.prose import sentences
 from lazymlx.generation import encode_prompt
+from lazymlx.prompts import FILLER
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
-NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+NOISE = FILLER.strip()  # the classic grass/sky filler, one repetition per haystack unit
 WORDS = (
     "apple", "river", "candle", "falcon", "marble", "lantern", "copper", "meadow", "violin",
     "harbor", "pepper", "glacier", "thimble", "saddle", "compass", "orchid",
