@@ -62,7 +62,7 @@ def main() -> None:
         axis.grid(alpha=0.3)
     axes[0].legend(loc="lower right", fontsize=8)
     figure.suptitle(
-        f"{data['model']}, {data['cases']} calibration cases at {data['lengths']} tokens, "
+        f"{data['model']}, {data['case_count']} calibration cases at {data['lengths']} tokens, "
         f"{data['device']} (labels: measured TTFT speedup)",
         fontsize=9,
     )

@@ -167,8 +167,9 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("mode", "strategy: schedule", str),
     ("compute_fraction", "prefill computed", percent),
     ("speedup", "speedup", ratio),
-    ("agreement", "= baseline", percent),
     ("accuracy", "accuracy", percent),
+    ("answer_agreement", "same answers as baseline", percent),
+    ("agreement", "= baseline (first tokens)", percent),
     ("meets_target", "meets target", yes_no),
 ]
 
@@ -179,18 +180,26 @@ def calibrate(
         float,
         typer.Option("--target", min=0.0, max=1.0, help="Agreement with the baseline to reach."),
     ] = 0.97,
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            help="answers: right exactly where the baseline is; tokens: the first "
+            "--agree-tokens tokens equal the baseline's.",
+        ),
+    ] = "answers",
     name: Annotated[
         str, typer.Option("--name", help="Save the chosen schedule as this preset.")
     ] = "calibrated",
     lengths: Annotated[
         str, typer.Option("--lengths", "-l", help="Calibration prompt lengths.")
-    ] = "1k",
+    ] = "1k,2k",
     task: Annotated[
         str, typer.Option("--task", "-t", help="Calibration tasks (all or a list).")
     ] = "all",
     cases: Annotated[
         int, typer.Option("--cases", "-c", min=1, help="Cases per task and length.")
-    ] = 2,
+    ] = 1,
     selections: Annotated[
         str,
         typer.Option(
@@ -200,12 +209,19 @@ def calibrate(
     agree_tokens: Annotated[
         int, typer.Option("--agree-tokens", min=1, help="Tokens compared with the baseline's.")
     ] = 8,
+    records: Annotated[
+        str | None,
+        typer.Option(
+            "--records",
+            help="Re-decide from an earlier `calibrate --output json` file instead of running.",
+        ),
+    ] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen preset.")] = True,
     output: Output = "md",
 ) -> None:
     """Find the fastest schedule whose answers agree with the baseline's on calibration cases."""
     from lazymlx.bench import header
-    from lazymlx.calibrate import CANDIDATES, schedule_label
+    from lazymlx.calibrate import CANDIDATES, METRICS, schedule_label
     from lazymlx.calibrate import calibrate as run_calibration
     from lazymlx.config import SELECTIONS
     from lazymlx.evals.runner import CALIBRATION_SEED, make_cases, records_as_dicts
@@ -213,6 +229,8 @@ def calibrate(
     from lazymlx.presets import save_preset
 
     check_format(output)
+    if metric not in METRICS:
+        raise LazymlxError(f"unknown --metric {metric!r}; choose one of: {', '.join(METRICS)}")
     chosen_selections = tuple(s.strip() for s in selections.split(",") if s.strip())
     unknown = [s for s in chosen_selections if s not in SELECTIONS]
     if unknown or "attention" not in chosen_selections:
@@ -220,33 +238,59 @@ def calibrate(
             f"--selections takes attention plus any of static, random; got {selections!r}"
         )
     tasks, sizes = parse_tasks(task), parse_lengths(lengths)
-    loaded, tokenizer = _load(model)
-    suite = make_cases(tokenizer, tasks, sizes, cases, CALIBRATION_SEED)
-    runs = len(suite) * (1 + len(CANDIDATES) * len(chosen_selections))
-    with run_progress(runs) as advance:
-        result = run_calibration(
-            loaded,
-            tokenizer,
-            suite,
-            target,
-            selections=chosen_selections,
-            agree_tokens=agree_tokens,
-            on_run=lambda case, mode: advance(f"{case.task} {case.length} #{case.seed} {mode}"),
+    if records is not None:
+        head, result = _recorded(records, target, metric)
+    else:
+        loaded, tokenizer = _load(model)
+        suite = make_cases(tokenizer, tasks, sizes, cases, CALIBRATION_SEED)
+        runs = len(suite) * (1 + len(CANDIDATES) * len(chosen_selections))
+        with run_progress(runs) as advance:
+            result = run_calibration(
+                loaded,
+                tokenizer,
+                suite,
+                target,
+                metric,
+                selections=chosen_selections,
+                agree_tokens=agree_tokens,
+                on_run=lambda case, mode: advance(f"{case.task} {case.length} #{case.seed} {mode}"),
+            )
+        head = header(
+            model, case_count=len(suite), lengths=sizes, tasks=tasks, agree_tokens=agree_tokens
         )
-    head = header(
-        model, target=target, cases=len(suite), lengths=lengths, agree_tokens=agree_tokens
-    )
+    head |= {"target": target, "metric": metric}
     head["chosen"] = schedule_label(result.chosen) if result.chosen else None
     emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(result.records))
     if result.chosen is None:
         raise LazymlxError(
-            f"no candidate schedule reached agreement {target:.0%} with the baseline; "
+            f"no candidate schedule reached {metric} agreement {target:.0%} with the baseline; "
             "lower --target or add cases"
         )
     if save:
-        details = {"target": target, "cases": len(suite), "lengths": sizes, "tasks": tasks}
-        path = save_preset(model, name, result.chosen, details)
+        keys = ("target", "metric", "case_count", "lengths", "tasks", "date")
+        details = {key: head.get(key) for key in keys}
+        path = save_preset(head["model"], name, result.chosen, details)
         err.print(
-            f"[green]saved:[/] preset {name!r} ({schedule_label(result.chosen)}) for {model} in "
-            f"{path}; use it with --lazy {name}"
+            f"[green]saved:[/] preset {name!r} ({schedule_label(result.chosen)}) for "
+            f"{head['model']} in {path}; use it with --lazy {name}"
         )
+
+
+def _recorded(path: str, target: float, metric: str):
+    """The header and re-decided calibration of an earlier run's JSON."""
+    import json
+    from pathlib import Path
+
+    from lazymlx.calibrate import choose
+    from lazymlx.evals.runner import records_from_dicts
+
+    try:
+        earlier = json.loads(Path(path).read_text())
+        recorded = records_from_dicts(earlier["cases"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LazymlxError(
+            f"cannot read calibration records from {path} ({error}); pass the JSON that "
+            "`lazymlx calibrate --output json` printed"
+        ) from error
+    head = {k: v for k, v in earlier.items() if k not in ("rows", "cases", "chosen")}
+    return head, choose(recorded, target, metric)

@@ -1,7 +1,7 @@
 """Schedule search: the fastest schedule whose answers agree with the baseline's often enough.
 
 Candidates are run on calibration cases (seeds disjoint from the eval suite's) next to the
-baseline. "Fastest" is ranked by the prefill compute fraction the engine counts, which is exact
+baseline. Agreement is measured two ways (METRICS): by answers, and by the first tokens. "Fastest" is ranked by the prefill compute fraction the engine counts, which is exact
 and repeatable, rather than by wall time, which this shared machine makes noisy; the measured
 speedup is reported beside it. The same run can also evaluate the paper's static and random
 strategies at every candidate schedule, which is what the speed–accuracy plot is drawn from.
@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.config import LazyConfig, baseline_variant
+from lazymlx.config import SELECTIONS, LazyConfig, baseline_variant
+from lazymlx.errors import LazymlxError
 from lazymlx.evals.runner import Record, evaluate, summarize
 from lazymlx.evals.tasks import Case
-from lazymlx.measure import Strategy
+from lazymlx.measure import BASELINE, Strategy
 
 # Few pruning layers and none early (the design note's finding); from aggressive to gentle.
 CANDIDATES: tuple[tuple[tuple[float, float], ...], ...] = (
@@ -58,9 +59,17 @@ def candidate_strategies(
     return strategies
 
 
+METRICS = {
+    # right or wrong exactly where the baseline is: the accuracy goal, case by case
+    "answers": "answer_agreement",
+    # the first agree_tokens greedy tokens equal the baseline's: the strictest reading
+    "tokens": "agreement",
+}
+
+
 @dataclass
 class Calibration:
-    frontier: list[dict]  # one row per candidate strategy, with accuracy and agreement
+    frontier: list[dict]  # one row per strategy (the baseline first), accuracy and agreements
     chosen: LazyConfig | None  # the attention schedule chosen, or None if none met the target
     records: list[Record]
 
@@ -70,20 +79,34 @@ def calibrate(
     tokenizer: TokenizerWrapper,
     cases: list[Case],
     target: float,
-    schedules: tuple[tuple[tuple[float, float], ...], ...] = CANDIDATES,
+    metric: str = "answers",
     selections: tuple[str, ...] = ("attention",),
     agree_tokens: int = 8,
     on_run: Callable[[Case, str], None] | None = None,
 ) -> Calibration:
-    strategies = candidate_strategies(schedules, selections)
+    strategies = candidate_strategies(CANDIDATES, selections)
     records = evaluate(model, tokenizer, cases, strategies, agree_tokens, on_run)
+    return choose(records, target, metric)
+
+
+def choose(records: list[Record], target: float, metric: str = "answers") -> Calibration:
+    """The frontier of a calibration run and its fastest schedule meeting the target.
+
+    Pure over the records, so an earlier run's measurements can be re-decided for another
+    target or metric without running anything again.
+    """
+    configs = {s.mode: s.config for s in candidate_strategies(CANDIDATES, SELECTIONS)}
     rows = summarize(records, by=("mode",))
-    configs = {s.mode: s.config for s in strategies}
     for row in rows:
+        if row["mode"] != BASELINE and row["mode"] not in configs:
+            raise LazymlxError(
+                f"these records hold {row['mode']!r}, which is not a candidate of this version; "
+                "run the calibration again"
+            )
         config = configs.get(row["mode"])
         row["schedule"] = [list(pair) for pair in config.schedule] if config else []
-        row["selection"] = config.selection if config else "baseline"
-        row["meets_target"] = row["agreement"] >= target - 1e-9
+        row["selection"] = config.selection if config else BASELINE
+        row["meets_target"] = row[METRICS[metric]] >= target - 1e-9
     passing = [row for row in rows if row["selection"] == "attention" and row["meets_target"]]
     best = min(passing, key=lambda row: row["compute_fraction"], default=None)
     chosen = None if best is None else configs[best["mode"]]

@@ -73,7 +73,7 @@ def test_scoring(tiny):
 
 def test_summarize_groups_in_order():
     def record(mode, task, ok, agree, fraction):
-        return Record(task, 512, 0, 0.5, mode, 500, ok, agree, 1.0, 2.0, fraction, "")
+        return Record(task, 512, 0, 0.5, mode, 500, ok, ok, agree, 1.0, 2.0, fraction, "")
 
     rows = summarize(
         [
@@ -91,6 +91,7 @@ def test_summarize_groups_in_order():
         "cases": 2,
         "correct": 1,
         "accuracy": 0.5,
+        "answer_agreement": 0.5,
         "agreement": 0.5,
         "compute_fraction": 0,
         "speedup": 2.0,

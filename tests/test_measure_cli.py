@@ -126,7 +126,9 @@ def test_eval_reports_accuracy_per_task_length_and_mode(tiny_model_dir: Path):
     assert {"text", "correct", "agrees", "seed", "depth"} <= set(data["cases"][0])
 
 
-def test_calibrate_saves_the_fastest_schedule_meeting_the_target(tiny_model_dir: Path):
+def test_calibrate_saves_the_fastest_schedule_meeting_the_target(
+    tiny_model_dir: Path, tmp_path: Path
+):
     model = str(tiny_model_dir)
     presets_file().unlink(missing_ok=True)
     data = json.loads(
@@ -154,6 +156,21 @@ def test_calibrate_saves_the_fastest_schedule_meeting_the_target(tiny_model_dir:
     assert data["chosen"] == fastest["mode"].removeprefix("attention: ")
     saved = resolve_preset("mine", model)
     assert [list(p) for p in saved.schedule] == fastest["schedule"]
+    # the same measurements re-decided from the JSON, without running anything
+    recorded = tmp_path / "calibration.json"
+    recorded.write_text(json.dumps(data))
+    again = json.loads(
+        invoke("calibrate", "--records", str(recorded), "--target", "0", "--no-save", "-o", "json")
+    )
+    assert again["rows"] == data["rows"] and again["chosen"] == data["chosen"]
+    assert again["case_count"] == 1
+    strict = json.loads(
+        invoke("calibrate", "--records", str(recorded), "--target", "1", "--metric", "tokens",
+               "--no-save", "-o", "json")
+    )  # fmt: skip
+    assert [r["meets_target"] for r in strict["rows"]] == [
+        r["agreement"] == 1 for r in data["rows"]
+    ]
     assert "mine" in invoke("generate", "-m", model, "-p", "the", "--raw", "-n", "2", "--json", "--lazy", "mine")  # fmt: skip
     presets_file().unlink()
 
@@ -167,10 +184,21 @@ def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(
     with pytest.raises(SystemExit) as exit_info:
         main(
             ["calibrate", "-m", str(tiny_model_dir), "--target", "0.5", "--task", "passkey",
-             "--lengths", "600", "--cases", "1", "--output", "json"]
+             "--lengths", "600", "--cases", "1", "--metric", "tokens", "--output", "json"]
         )  # fmt: skip
     captured = capsys.readouterr()
     assert exit_info.value.code == 1
     assert json.loads(captured.out)["chosen"] is None  # the frontier is still printed
-    assert captured.err.startswith("error: no candidate schedule reached agreement 50%")
+    assert captured.err.startswith("error: no candidate schedule reached tokens agreement 50%")
     assert not presets_file().exists()
+
+
+def test_calibration_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"rows": []}')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "--records", str(broken)])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 1
+    assert captured.err.startswith(f"error: cannot read calibration records from {broken}")
+    assert len(captured.err.strip().splitlines()) == 1

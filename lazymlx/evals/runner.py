@@ -33,6 +33,7 @@ class Record:
     mode: str
     prompt_tokens: int
     correct: bool
+    same_answer: bool  # right exactly when the baseline is right on this case
     agrees: bool  # first AGREE_TOKENS tokens equal the baseline's
     ttft_s: float
     speedup: float  # baseline TTFT / this TTFT, same case, back to back
@@ -73,6 +74,7 @@ def evaluate(
                 on_run(case, strategy.mode)
             run = run_once(model, tokenizer, prompt, case.max_tokens, strategy.config)
             baseline = baseline or run
+            right = correct(case, run.text)
             records.append(
                 Record(
                     task=case.task,
@@ -81,7 +83,8 @@ def evaluate(
                     depth=case.depth,
                     mode=strategy.mode,
                     prompt_tokens=run.prompt_tokens,
-                    correct=correct(case, run.text),
+                    correct=right,
+                    same_answer=right == correct(case, baseline.text),
                     agrees=agrees(run.tokens, baseline.tokens, agree_tokens),
                     ttft_s=run.ttft_s,
                     speedup=baseline.ttft_s / run.ttft_s,
@@ -107,6 +110,7 @@ def summarize(
                 "cases": len(group),
                 "correct": sum(r.correct for r in group),
                 "accuracy": statistics.mean(r.correct for r in group),
+                "answer_agreement": statistics.mean(r.same_answer for r in group),
                 "agreement": statistics.mean(r.agrees for r in group),
                 "compute_fraction": statistics.mean(r.compute_fraction for r in group),
                 "speedup": statistics.mean(r.speedup for r in group),
@@ -117,3 +121,7 @@ def summarize(
 
 def records_as_dicts(records: list[Record]) -> list[dict]:
     return [asdict(record) for record in records]
+
+
+def records_from_dicts(rows: list[dict]) -> list[Record]:
+    return [Record(**row) for row in rows]
