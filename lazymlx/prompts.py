@@ -14,7 +14,6 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 FILLER = (
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 )
-DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 @dataclass(frozen=True)
@@ -39,14 +38,3 @@ def passkey_prompt(
     before = round(depth * repeats)
     text = FILLER * before + key_line + FILLER * (repeats - before) + question
     return RetrievalPrompt(text=text, answer=passkey, depth=depth)
-
-
-def passkey_prompts(
-    tokenizer: TokenizerWrapper, length: int, depths: tuple[float, ...] = DEPTHS
-) -> list[RetrievalPrompt]:
-    """One prompt per depth, each with its own key so no answer can be carried over by chance."""
-    keys = ("68217", "40953", "17386", "92641", "35108", "76524", "21897", "58430")
-    return [
-        passkey_prompt(tokenizer, length, depth, keys[i % len(keys)])
-        for i, depth in enumerate(depths)
-    ]

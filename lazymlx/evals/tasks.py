@@ -25,7 +25,6 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.prose import sentences
-from lazymlx.generation import encode_prompt
 from lazymlx.prompts import FILLER
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -230,7 +229,9 @@ def parse_tasks(text: str) -> list[str]:
 def make_case(task: str, tokenizer: TokenizerWrapper, length: int, seed: int) -> Case:
     """The case for (task, length, seed): the most haystack that keeps it within `length` tokens."""
     spec = TASKS[task](random.Random(f"{task}:{length}:{seed}"), seed)
-    count = _fit(lambda n: encode_prompt(tokenizer, spec.text(n)).size, length)
+    # as encode_prompt counts (special tokens added); verbose=False: the search may try a text
+    # longer than the model's context, which is only measured, and needs no warning
+    count = _fit(lambda n: len(tokenizer.encode(spec.text(n), verbose=False)), length)
     if count is None:
         raise LazymlxError(
             f"{length} tokens is too short for the {task} task; use at least a few hundred tokens"
