@@ -1,0 +1,96 @@
+"""The markdown tables of benchmarks/README.md, printed from the raw JSON in results/.
+
+So every number in the README is read from a measurement file, never typed in by hand.
+
+    .venv/bin/python benchmarks/tables.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def bench_table(*names: str) -> str:
+    lines = [
+        "| prompt tokens | mode | TTFT (s) | speedup | prefill computed | prompt tok/s "
+        "| decode tok/s | peak GB | passkey right | tokens = baseline's |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        for r in load(name)["rows"]:
+            lines.append(
+                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f} | {r['speedup']:.2f}x "
+                f"| {r['compute_fraction']:.0%} | {r['prompt_tps']:.0f} "
+                f"| {r['generation_tps']:.1f} | {r['peak_memory_gb']:.2f} "
+                f"| {'yes' if r['answer_correct'] else 'no'} "
+                f"| {'yes' if r['answer_matches_baseline'] else 'no'} |"
+            )
+    return "\n".join(lines)
+
+
+def eval_table(name: str) -> str:
+    data = load(name)
+    modes = list(dict.fromkeys(r["mode"] for r in data["rows"]))
+    cells: dict[tuple, dict] = {}
+    for r in data["rows"]:
+        cells.setdefault((r["task"], r["length"]), {})[r["mode"]] = r
+    lines = [
+        "| task | length | " + " | ".join(modes) + " |",
+        "|---|---|" + "---|" * len(modes),
+    ]
+    for (task, length), by_mode in cells.items():
+        shown = []
+        for mode in modes:
+            r = by_mode[mode]
+            text = f"{r['correct']}/{r['cases']}"
+            if mode != "baseline":
+                text += f" ({r['answer_agreement']:.0%} same, {r['agreement']:.0%} tokens)"
+            shown.append(text)
+        lines.append(f"| {task} | {length} | " + " | ".join(shown) + " |")
+    totals = []
+    for mode in modes:
+        rows = [r for r in data["rows"] if r["mode"] == mode]
+        right, cases = sum(r["correct"] for r in rows), sum(r["cases"] for r in rows)
+        speedup = sum(r["speedup"] * r["cases"] for r in rows) / cases
+        totals.append(f"**{right}/{cases}**, {speedup:.2f}x")
+    lines.append("| all | | " + " | ".join(totals) + " |")
+    return "\n".join(lines)
+
+
+def calibration_table(name: str) -> str:
+    lines = [
+        "| strategy: keep ratio @ depth | prefill computed | speedup | accuracy "
+        "| same answers as baseline | first 8 tokens = baseline's | meets 97% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in load(name)["rows"]:
+        lines.append(
+            f"| {r['mode']} | {r['compute_fraction']:.0%} | {r['speedup']:.2f}x "
+            f"| {r['accuracy']:.0%} | {r['answer_agreement']:.0%} | {r['agreement']:.0%} "
+            f"| {'**yes**' if r['meets_target'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    sections = {
+        "TTFT (bench)": lambda: bench_table("bench_1k_2k_4k.json", "bench_8k.json"),
+        "accuracy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "calibration frontier": lambda: calibration_table("calibrate.json"),
+    }
+    for title, table in sections.items():
+        try:
+            print(f"### {title}\n\n{table()}\n")
+        except FileNotFoundError as missing:
+            print(f"### {title}\n\n(not run yet: {missing.filename})\n")
+
+
+if __name__ == "__main__":
+    main()
