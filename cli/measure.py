@@ -107,6 +107,7 @@ EVAL_COLUMNS: list[Column] = [
     ("accuracy", "accuracy", percent),
     ("correct", "right", str),
     ("cases", "cases", str),
+    ("answer_agreement", "same answers as baseline", percent),
     ("agreement", "= baseline (first tokens)", percent),
     ("compute_fraction", "prefill computed", percent),
     ("speedup", "speedup", ratio),
