@@ -34,6 +34,14 @@ def _presets(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _header(model: str, strategies, **settings) -> dict:
+    """The run's header, with what each preset in it does."""
+    from lazymlx.bench import header
+
+    presets = {s.mode: s.config.describe() for s in strategies}
+    return header(model, **settings) | {"presets": presets}
+
+
 def _load(model: str):
     from lazymlx.cli.app import load_model
 
@@ -81,7 +89,6 @@ def bench(
 ) -> None:
     """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length."""
     from lazymlx.bench import bench as run_bench
-    from lazymlx.bench import header
     from lazymlx.measure import strategy
 
     check_format(output)
@@ -93,10 +100,14 @@ def bench(
         rows = run_bench(
             loaded, tokenizer, lengths, strategies, prompt, gen_len, repeats, on_run=advance
         )
-    head = header(
-        model, prompt=prompt, gen_len=gen_len, repeats=repeats, warmup="1 per mode, 256 tokens"
+    head = _header(
+        model,
+        strategies,
+        prompt=prompt,
+        gen_len=gen_len,
+        repeats=repeats,
+        warmup="1 per mode, 256 tokens",
     )
-    head["presets"] = {s.mode: s.config.describe() for s in strategies}
     emit(output, head, rows, BENCH_COLUMNS)
 
 
@@ -137,7 +148,6 @@ def evaluate(
     output: Output = "md",
 ) -> None:
     """Accuracy per task and length of stock mlx-lm and LazyLLM presets on the offline suite."""
-    from lazymlx.bench import header
     from lazymlx.evals.runner import evaluate as run_eval
     from lazymlx.evals.runner import make_cases, records_as_dicts, summarize
     from lazymlx.evals.tasks import parse_tasks
@@ -159,8 +169,9 @@ def evaluate(
         )
     rows = summarize(records)
     rows.sort(key=lambda row: (row["task"], row["length"]))
-    head = header(model, cases_per_task=cases, first_seed=seed, agree_tokens=agree_tokens)
-    head["presets"] = {s.mode: s.config.describe() for s in strategies}
+    head = _header(
+        model, strategies, cases_per_task=cases, first_seed=seed, agree_tokens=agree_tokens
+    )
     emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
 
 

@@ -1,8 +1,9 @@
 """Schedule search: the fastest schedule whose answers agree with the baseline's often enough.
 
 Candidates are run on calibration cases (seeds disjoint from the eval suite's) next to the
-baseline. Agreement is measured two ways (METRICS): by answers, and by the first tokens. "Fastest" is ranked by the prefill compute fraction the engine counts, which is exact
-and repeatable, rather than by wall time, which this shared machine makes noisy; the measured
+baseline. Agreement is measured two ways (METRICS): by answers, and by the first tokens.
+"Fastest" is ranked by the prefill compute fraction the engine counts, which is exact and
+repeatable, rather than by wall time, which this shared machine makes noisy; the measured
 speedup is reported beside it. The same run can also evaluate the paper's static and random
 strategies at every candidate schedule, which is what the speed–accuracy plot is drawn from.
 """
@@ -35,16 +36,6 @@ CANDIDATES: tuple[tuple[tuple[float, float], ...], ...] = (
 def schedule_label(config: LazyConfig) -> str:
     """e.g. '0.6@27% 0.5@54% 0.5@80%': keep ratio at depth."""
     return " ".join(f"{ratio:g}@{depth:.0%}" for depth, ratio in config.schedule) or "keep all"
-
-
-def expected_fraction(config: LazyConfig, num_layers: int) -> float:
-    """Prefill compute fraction the schedule implies (exact up to rounding of ceil(r·n))."""
-    ratios = config.pruning_layers(num_layers)
-    kept, total = 1.0, 0.0
-    for layer in range(num_layers):
-        total += kept
-        kept *= ratios.get(layer, 1.0)
-    return total / num_layers
 
 
 def candidate_strategies(

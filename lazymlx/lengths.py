@@ -27,7 +27,3 @@ def parse_lengths(text: str) -> list[int]:
     if not lengths:
         raise LazymlxError("no prompt length given; write one or more such as 512,2k,8k")
     return list(dict.fromkeys(lengths))
-
-
-def format_length(tokens: int) -> str:
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)

@@ -9,7 +9,7 @@ from lazymlx.evals.runner import CALIBRATION_SEED, Record, make_cases, summarize
 from lazymlx.evals.scoring import agrees, correct
 from lazymlx.evals.tasks import TASKS, make_case, parse_tasks
 from lazymlx.generation import encode_prompt
-from lazymlx.lengths import format_length, parse_length, parse_lengths
+from lazymlx.lengths import parse_length, parse_lengths
 
 
 @pytest.mark.parametrize("task", list(TASKS))
@@ -108,7 +108,6 @@ def test_lengths(text, tokens):
 
 def test_length_lists_and_errors():
     assert parse_lengths("1k,2k,8k,2k") == [1024, 2048, 8192]
-    assert format_length(8192) == "8k" and format_length(1000) == "1000"
     for bad in ("2x", "0", "-5", "k", "0.3"):
         with pytest.raises(LazymlxError, match="bad prompt length"):
             parse_length(bad)
