@@ -27,14 +27,14 @@ _PUBLIC = {
     "generate": "lazymlx.generation",
     "stream_generate": "lazymlx.generation",
     "LazyConfig": "lazymlx.config",
-    "LazyState": "lazymlx.state",
+    "LazyState": "lazymlx.cache",
 }
 
 if TYPE_CHECKING:
+    from lazymlx.cache import LazyState
     from lazymlx.config import LazyConfig
     from lazymlx.generation import generate, stream_generate
     from lazymlx.models.loading import load
-    from lazymlx.state import LazyState
 
 
 def __getattr__(name: str) -> Any:

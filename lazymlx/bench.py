@@ -24,7 +24,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals.tasks import make_case
 from lazymlx.generation import encode_prompt
 from lazymlx.measure import BASELINE_STRATEGY, Run, Strategy, run_once
-from lazymlx.platform import blas_name, device_name
+from lazymlx.platform import backend, blas_name, device_name
 
 PROMPT_KINDS = ("passkey", "random")
 WARMUP_TOKENS = 256
@@ -72,7 +72,7 @@ def header(model_name: str, **settings) -> dict:
 
     return {
         "device": device_name(),
-        "backend": "Metal" if mx.metal.is_available() else "CPU",
+        "backend": backend(),
         "blas": blas_name(),
         "model": model_name,
         "mlx": mx.__version__,

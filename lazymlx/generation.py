@@ -1,8 +1,9 @@
-"""Text generation behind one stream_generate: stock mlx-lm, or the LazyLLM engine.
+"""Text generation behind one stream_generate: stock mlx-lm, or LazyLLM on mlx-lm's own loop.
 
-Both paths time the first token the same way and yield mlx-lm GenerationResponses. The lazy path
-runs its own prefill (pruning needs the last prompt token's attention at every pruning layer, which
-mlx-lm's chunked prefill never computes) and reuses mlx-lm's samplers and logits processors.
+Both paths are mlx-lm's stream_generate: the lazy one hands it the model wrapped (LazyModel,
+whose prompt call is the lazy prompt step) and the lazy context as its prompt cache, so sampling,
+logits processors, pipelining and GenerationResponse are mlx-lm's. Both time the first token the
+same way.
 """
 
 from __future__ import annotations
@@ -19,40 +20,35 @@ from mlx_lm.generate import stream_generate as mlx_lm_stream_generate
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx import engine
+from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
+from lazymlx.decode import LazyModel
 from lazymlx.errors import LazymlxError
-from lazymlx.state import LazyState
+from lazymlx.prefill import PREFILL_CHUNK
 
 Prompt = str | Sequence[int] | mx.array
 
 
 @dataclass(frozen=True)
 class LazyStats:
-    """What the engine computed, counted from its state (never estimated).
+    """What the engine computed, read from the context (never estimated).
 
     prefill_fraction: (prompt token, layer) pairs computed in the prompt step ÷ (prompt tokens ×
-        layers). cumulative_fraction: the same pairs counted over the generation so far, revivals
-        included. max_pair_count: most times any (token, layer) pair was computed; 1 by design.
+        layers). Each pair below a token's depth was computed exactly once, so pairs are depths.
+    kv_rows_per_layer: the tokens each layer's cache holds after this call's prompt step.
     """
 
     prefill_fraction: float
-    cumulative_fraction: float
-    max_pair_count: int
-    kept_per_layer: tuple[int, ...]
-    step_pairs: int  # (token, layer) pairs computed in the last step, revived older tokens included
+    kv_rows_per_layer: tuple[int, ...]
     kv_bytes: int
     aux_bytes: int
 
     @classmethod
-    def of(cls, state: LazyState, prompt: slice, prompt_pairs: int) -> LazyStats:
-        total = (prompt.stop - prompt.start) * state.num_layers
+    def of(cls, model: LazyModel, prompt_tokens: int) -> LazyStats:
+        state = model.context
         return cls(
-            prefill_fraction=prompt_pairs / total,
-            cumulative_fraction=int(state.pair_count[prompt].sum()) / total,
-            max_pair_count=int(state.pair_count.max(initial=0)),
-            kept_per_layer=tuple(state.last_step.present),
-            step_pairs=state.last_step.pairs,
+            prefill_fraction=model.prompt_pairs / (prompt_tokens * state.num_layers),
+            kv_rows_per_layer=tuple(cache.rows for cache in state.layers),
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
         )
@@ -89,10 +85,8 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
     return tokens
 
 
-def cached_length(cache: LazyState | list[Any] | None) -> int:
-    """Tokens already in a prompt cache: a LazyState or an mlx-lm cache list."""
-    if isinstance(cache, LazyState):
-        return cache.offset
+def cached_length(cache: list[Any] | None) -> int:
+    """Tokens already in a prompt cache (a LazyState or an mlx-lm cache list)."""
     return cache[0].offset if cache else 0
 
 
@@ -135,9 +129,10 @@ def stream_generate(
 ) -> Iterator[Response]:
     """Yield a Response per generated token; the last one has `finish_reason` set.
 
-    lazy: None runs stock mlx-lm; a LazyConfig runs the LazyLLM engine. `prompt_cache` carries
-    context between calls: an mlx-lm cache list on the stock path, a LazyState on the lazy one.
-    Other keyword arguments (prefill_step_size, ...) go to mlx-lm's generate_step.
+    lazy: None runs stock mlx-lm; a LazyConfig runs the lazy prompt step and then mlx-lm's own
+    decode loop over the lazy context (lazymlx/decode.py). `prompt_cache` carries context between
+    calls: an mlx-lm cache list on the stock path, a LazyState on the lazy one. Other keyword
+    arguments (prefill_step_size, ...) go to mlx-lm's generate_step.
     """
     if max_tokens < 1:
         raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -151,78 +146,24 @@ def stream_generate(
         )
     check_context(model, tokens.size + cached_length(cache))
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
-    mx.reset_peak_memory()
     if lazy is not None:
+        unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))
+        if unsupported:
+            raise LazymlxError(f"not supported with lazy=: {', '.join(unsupported)}")
         state = cache if cache is not None else LazyState(model)
         state.check_memory(tokens.size + state.offset + max_tokens)
-        yield from _lazy_responses(state, tokenizer, tokens.tolist(), max_tokens, lazy, **kwargs)
-        return
+        kwargs["prompt_cache"] = state
+        chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
+        model = LazyModel(model, state, lazy, tokens.size, chunk)
+    mx.reset_peak_memory()
     start = time.perf_counter()
-    ttft = None
+    ttft, stats = None, None
     for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
         if ttft is None:
             ttft = time.perf_counter() - start
-        yield Response(**vars(response), ttft_s=ttft)
-
-
-def _lazy_responses(
-    state: LazyState,
-    tokenizer: TokenizerWrapper,
-    prompt: list[int],
-    max_tokens: int,
-    config: LazyConfig,
-    sampler: Any,
-    logits_processors: list[Any],
-    **unused: Any,
-) -> Iterator[Response]:
-    """mlx-lm's stream_generate loop over engine steps: the same tokens, texts and statistics."""
-    unused.pop("prompt_cache", None)
-    if unused:
-        raise LazymlxError(f"not supported with lazy=: {', '.join(sorted(unused))}")
-    prompt_range = slice(state.offset, state.offset + len(prompt))
-    history = mx.array(prompt, dtype=mx.uint32)  # what mlx-lm shows logits processors: this call
-
-    def sample(logits: mx.array) -> tuple[int, mx.array]:
-        nonlocal history
-        logits = logits[None]
-        for processor in logits_processors:
-            logits = processor(history, logits)
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        token = sampler(logprobs).item()
-        history = mx.concatenate([history, mx.array([token], dtype=mx.uint32)])
-        return token, logprobs[0]
-
-    start = time.perf_counter()
-    token, logprobs = sample(engine.prompt_step(state, prompt, config))
-    ttft = time.perf_counter() - start
-    prompt_pairs = int(state.pair_count[prompt_range].sum())
-    detokenizer = tokenizer.detokenizer
-    detokenizer.reset()
-    tic = time.perf_counter()
-    for n in range(max_tokens):
-        stop = token in tokenizer.eos_token_ids
-        if not stop:
-            detokenizer.add_token(token)
-        last = stop or n + 1 == max_tokens
-        if last:
-            detokenizer.finalize()
-        yield Response(
-            text=detokenizer.last_segment,
-            token=token,
-            logprobs=logprobs,
-            from_draft=False,
-            prompt_tokens=len(prompt),
-            prompt_tps=len(prompt) / ttft,
-            generation_tokens=n + 1,
-            generation_tps=(n + 1) / (time.perf_counter() - tic),
-            peak_memory=mx.get_peak_memory() / 1e9,
-            finish_reason=("stop" if stop else "length") if last else None,
-            ttft_s=ttft,
-            lazy=LazyStats.of(state, prompt_range, prompt_pairs),
-        )
-        if last:
-            return
-        token, logprobs = sample(engine.decode_step(state, token, config))
+        if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
+            stats = LazyStats.of(model, tokens.size)
+        yield Response(**vars(response), ttft_s=ttft, lazy=stats)
 
 
 def generate(model: nn.Module, tokenizer: TokenizerWrapper, prompt: Prompt, **kwargs: Any) -> str:

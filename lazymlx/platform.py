@@ -67,16 +67,33 @@ def openblas_loaded() -> bool:
         return False
 
 
+def backend() -> str:
+    """MLX's default device: "Metal" (Apple silicon), "CUDA" (NVIDIA) or "CPU"."""
+    import mlx.core as mx
+
+    if mx.default_device() == mx.cpu:
+        return "CPU"
+    return "Metal" if mx.metal.is_available() else "CUDA"
+
+
+def on_gpu() -> bool:
+    """Models keep their dtype (bf16, quantized) on a GPU backend; MLX's CPU backend has fast
+    kernels for fp32 matmuls only, so models are run in fp32 there."""
+    return backend() != "CPU"
+
+
 def blas_name() -> str:
     """The BLAS MLX uses here, for benchmark headers."""
     if is_macos():
         return "Accelerate"
+    if on_gpu():
+        return "cuBLAS"
     return "OpenBLAS" if openblas_loaded() else "reference BLAS (slow)"
 
 
 def blas_warning() -> str | None:
-    """One line for the user when MLX runs on Linux without OpenBLAS, else None."""
-    if not is_linux() or openblas_loaded():
+    """One line for the user when MLX computes on a Linux CPU without OpenBLAS, else None."""
+    if not is_linux() or openblas_loaded() or on_gpu():
         return None
     if _binding_disabled():
         return None
@@ -88,10 +105,11 @@ def blas_warning() -> str | None:
 
 def device_name() -> str:
     """The chip (macOS) or CPU model (Linux) with MLX's backend, for stats and benchmark headers."""
-    import mlx.core as mx
+    if backend() == "CUDA":
+        import mlx.core as mx
 
-    backend = "Metal" if mx.metal.is_available() else "CPU"
-    return f"{_chip_name()} (MLX {backend})"
+        return f"{mx.device_info().get('device_name', 'NVIDIA GPU')} (MLX CUDA)"
+    return f"{_chip_name()} (MLX {backend()})"
 
 
 def _chip_name() -> str:

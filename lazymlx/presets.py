@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,16 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
     return {name: config_from_dict(entry["config"]) for name, entry in saved.items()}
 
 
+LEGACY_DECODE = {"full": "sparse", "lazy": "revive"}
+
+
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
     return LazyConfig(
         schedule=tuple(tuple(pair) for pair in entry.get("schedule", ())),
         keep_first=entry.get("keep_first", 0),
-        decode=entry.get("decode", "lazy"),
+        # presets saved before engine v2 name its decode modes "full" and "lazy"
+        decode=LEGACY_DECODE.get(entry.get("decode"), entry.get("decode", "sparse")),
+        revive=entry.get("revive", 16),
         selection=entry.get("selection", "attention"),
         seed=entry.get("seed", 0),
     )
@@ -71,6 +76,8 @@ def resolve_preset(name: str, model: str) -> LazyConfig:
         return saved[name]
     if name in ("static", "random"):
         return baseline_variant(resolve_preset("default", model), name)
+    if name == "sparse":
+        return replace(resolve_preset("default", model), decode="sparse")
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(
@@ -80,7 +87,7 @@ def resolve_preset(name: str, model: str) -> LazyConfig:
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
     """Store a calibrated preset for a model (replacing one of the same name), atomically."""
-    if name in ("off", "static", "random"):
+    if name in ("off", "sparse", "static", "random"):
         raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}

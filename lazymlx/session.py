@@ -16,10 +16,10 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import common_prefix_len
 
+from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response, cached_length, stream_generate
-from lazymlx.state import LazyState
 
 
 class ChatSession:
@@ -53,10 +53,7 @@ class ChatSession:
         offset = cached_length(self.cache)
         # keep at least one token to feed: the model must see the last prompt token to answer
         keep = min(common_prefix_len(self.cached_tokens[:offset], tokens), len(tokens) - 1)
-        if isinstance(self.cache, LazyState):
-            self.cache.trim(keep)
-        else:
-            trim_prompt_cache(self.cache, offset - keep)
+        trim_prompt_cache(self.cache, offset - keep)
         self.cached_tokens = tokens
         return tokens[keep:]
 

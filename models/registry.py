@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazymlx.errors import LazymlxError
-from lazymlx.platform import is_macos
+from lazymlx.platform import on_gpu
 
 MODELS_DIR_ENV = "LAZYMLX_MODELS_DIR"
 DEFAULT_MODEL = "smollm2-135m"
@@ -68,8 +68,9 @@ def models_dir() -> Path:
 
 
 def keep_quantized() -> bool:
-    """Quantized matmuls are fast on Metal and ~50x slow on MLX's CPU backend: store fp32 there."""
-    return is_macos()
+    """Quantized and half matmuls are fast on a GPU (Metal, CUDA) and ~50x slow on MLX's CPU
+    backend: store fp32 there."""
+    return on_gpu()
 
 
 def weights_variant() -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mlx_lm.generate import generate_step
 
-import lazymlx.engine
+from lazymlx.decode import LazyModel
 from lazymlx.models.gguf import GGUF_BLOCK_NAMES, GGUF_TOP_LEVEL_NAMES, hf_name
 from lazymlx.models.registry import DEFAULT_MODEL, MODELS_DIR_ENV, REGISTRY
 from lazymlx.models.tiny import random_weights, tiny_config, tokenizer_metadata, write_tiny_model
@@ -211,16 +211,16 @@ def random_tokens(count: int, seed: int = 0, vocab: int = 300) -> list[int]:
     return np.random.default_rng(seed).integers(3, vocab, size=count).tolist()
 
 
-def engine_greedy(model, prompt: list[int], steps: int, config, state=None):
-    """Greedy decoding straight on the engine: (tokens, log-probabilities per step)."""
-    state = state or lazymlx.LazyState(model)
-    logits = lazymlx.engine.prompt_step(state, prompt, config)
-    tokens, logprobs = [], []
-    for _ in range(steps):
-        logprobs.append(logits - mx.logsumexp(logits))
-        tokens.append(int(mx.argmax(logits).item()))
-        logits = lazymlx.engine.decode_step(state, tokens[-1], config)
-    return tokens, logprobs
+def engine_greedy(model, prompt: list[int], steps: int, config, state=None, chunk: int = 2048):
+    """Greedy decoding on the lazy context through mlx-lm's generate_step: (tokens, log-probs)."""
+    state = state if state is not None else lazymlx.LazyState(model)
+    wrapped = LazyModel(model, state, config, len(prompt), chunk)
+    pairs = list(
+        generate_step(
+            mx.array(prompt), wrapped, max_tokens=steps, prompt_cache=state, prefill_step_size=chunk
+        )
+    )
+    return [t for t, _ in pairs], [lp for _, lp in pairs]
 
 
 def stock_greedy(model, prompt: list[int], steps: int):
@@ -228,9 +228,12 @@ def stock_greedy(model, prompt: list[int], steps: int):
     return [t for t, _ in pairs], [lp for _, lp in pairs]
 
 
-def assert_keep_all_reproduces_stock(model, prompt: list[int], steps: int = 32) -> None:
+def assert_keep_all_reproduces_stock(
+    model, prompt: list[int], steps: int = 32, config=None, chunk: int = 2048
+) -> None:
     """The first check of every engine change: same greedy tokens, log-probs within 1e-4."""
-    ours, our_logprobs = engine_greedy(model, prompt, steps, lazymlx.LazyConfig())
+    config = config or lazymlx.LazyConfig()
+    ours, our_logprobs = engine_greedy(model, prompt, steps, config, chunk=chunk)
     theirs, their_logprobs = stock_greedy(model, prompt, steps)
     assert ours == theirs
     for a, b in zip(our_logprobs, their_logprobs, strict=True):

@@ -1,11 +1,10 @@
 """The LazyLLM engine on tiny random models: keep-all is stock mlx-lm, no (token, layer) pair is
-computed twice, pruned tokens come back from their Aux slot, and masks follow original positions."""
+computed twice, pruned tokens come back from their Aux slot with the full model's KV, a context
+survives Ctrl-C, trimming, saving and loading."""
 
 from __future__ import annotations
 
 import math
-import os
-import signal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -14,15 +13,20 @@ import pytest
 from conftest import assert_keep_all_reproduces_stock, engine_greedy, random_model, random_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 import lazymlx
-from lazymlx import LazyConfig, LazyState, engine
+from lazymlx import LazyConfig, LazyState, blocks, prefill
+from lazymlx.cache import LazyKVCache
 from lazymlx.config import SELECTIONS
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
 AGGRESSIVE = LazyConfig(schedule=((0.2, 0.5), (0.4, 0.5), (0.6, 0.5)))
+REVIVING = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4)
+# prunes by configuration but keeps every token of a 150-token prompt: ceil(0.999 · 150) = 150,
+# so the prompt goes through the engine's own layer-major prefill, not the model's forward pass
+ENGINE_KEEP_ALL = LazyConfig(schedule=((0.5, 0.999),))
 
 
 def quantized(model):
@@ -42,10 +46,10 @@ def quantized(model):
     ],
     ids=["llama", "mistral", "qwen2", "qwen3", "untied-head", "quantized-4bit"],
 )
-def test_keep_all_reproduces_stock_mlx_lm(make_model):
-    model = make_model()
-    prompt = random_tokens(150)
-    assert_keep_all_reproduces_stock(model, prompt)
+@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine-prefill"])
+@pytest.mark.parametrize("chunk", [2048, 32])
+def test_keep_all_reproduces_stock_mlx_lm(make_model, config, chunk):
+    assert_keep_all_reproduces_stock(make_model(), random_tokens(150), config=config, chunk=chunk)
 
 
 def test_keep_all_chat_reproduces_the_stock_chat(tiny):
@@ -64,107 +68,91 @@ def test_keep_all_chat_reproduces_the_stock_chat(tiny):
             assert mx.abs(a - b).max().item() < 1e-4
 
 
-def recount(state: LazyState) -> np.ndarray:
-    """Brute force: how often each (token, layer) pair appears in the recorded computed sets."""
-    counts = np.zeros_like(state.pair_count)
-    for record in state.history:
-        for layer, computed in enumerate(record.computed):
-            np.add.at(counts[:, layer], computed, 1)
+def pair_counts(state: LazyState) -> np.ndarray:
+    """Brute force from the recorded computations: how often each (token, layer) was computed."""
+    counts = np.zeros((state.offset, state.num_layers), dtype=np.int32)
+    for layer, positions in state.record:
+        np.add.at(counts[:, layer], positions, 1)
     return counts
 
 
-def assert_depth_prefix(state: LazyState) -> None:
-    """Each token's computed layers are exactly 0..depth-1, each once."""
+def assert_each_pair_once_and_depths_agree(state: LazyState) -> None:
+    """Each token's computed layers are exactly 0..depth-1, each once, and the caches hold
+    exactly those rows."""
+    counts = pair_counts(state)
+    depth = np.array(state.aux.depths())
     layers = np.arange(state.num_layers)[None, :]
-    assert np.array_equal(state.pair_count, (layers < state.depth[:, None]).astype(np.int32))
+    assert np.array_equal(counts, (layers < depth[:, None]).astype(np.int32))
+    for layer, cache in enumerate(state.layers):
+        rows = np.array(cache.row_positions())
+        assert sorted(rows.tolist()) == np.flatnonzero(depth > layer).tolist()
+        assert cache.offset == state.offset
+    assert state.pairs() == counts.sum()
 
 
-@pytest.mark.parametrize("decode", ["lazy", "full"])
-def test_each_pair_is_computed_at_most_once(decode):
+@pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
+def test_each_pair_is_computed_at_most_once(config):
     model = random_model(num_layers=8)
-    config = LazyConfig(schedule=AGGRESSIVE.schedule, decode=decode)
-    state = LazyState(model, record=True)
+    state = LazyState(model)
+    state.record = []
     prompt = random_tokens(200)
     engine_greedy(model, prompt, 64, config, state)
-    assert state.pair_count.max() == 1
-    assert np.array_equal(recount(state), state.pair_count)
-    assert_depth_prefix(state)
-    prefill = sum(np.sum(c < len(prompt)) for c in state.history[0].computed)
-    assert prefill / (len(prompt) * 8) < 0.5
-    cumulative = state.pair_count[: len(prompt)].sum() / (len(prompt) * 8)
-    if decode == "full":
-        assert cumulative == prefill / (len(prompt) * 8)  # full decode revives nothing
+    assert_each_pair_once_and_depths_agree(state)
+    prefill_pairs = sum(
+        np.sum(np.array(p) < len(prompt)) for _, p in state.record[: state.num_layers]
+    )
+    assert prefill_pairs / (len(prompt) * 8) < 0.5
+    prompt_pairs = state.pairs(0, len(prompt))
+    if config.decode == "sparse":
+        assert prompt_pairs == prefill_pairs  # nothing revived
+    else:
+        assert prompt_pairs > prefill_pairs  # decode brought pruned prompt tokens back
 
 
 def test_stats_are_read_from_the_state(tiny):
     model, tokenizer = tiny
     prompt = random_tokens(120, vocab=200)
-    state = LazyState(model, record=True)
+    state = LazyState(model)
+    state.record = []
     responses = list(
         lazymlx.stream_generate(
-            model, tokenizer, prompt, max_tokens=16, lazy=AGGRESSIVE, prompt_cache=state
+            model, tokenizer, prompt, max_tokens=16, lazy=REVIVING, prompt_cache=state
         )
     )
-    stats, layers = responses[-1].lazy, state.num_layers
-    prefill_pairs = state.history[0].pairs
+    layers = state.num_layers
+    prefill_pairs = sum(len(p) for _, p in state.record[:layers])
+    stats = responses[-1].lazy
     assert stats.prefill_fraction == prefill_pairs / (len(prompt) * layers)
-    assert responses[0].lazy.cumulative_fraction == stats.prefill_fraction
-    assert stats.cumulative_fraction == state.pair_count[: len(prompt)].sum() / (
-        len(prompt) * layers
-    )
-    assert stats.max_pair_count == 1
-    assert stats.kept_per_layer == tuple(state.last_step.present)
-    adapter = state.adapter
-    assert (
-        stats.kv_bytes == layers * 2 * state.capacity * adapter.num_kv_heads * adapter.head_dim * 4
-    )
-    assert stats.aux_bytes == state.capacity * adapter.hidden_size * 4
+    assert stats.kv_rows_per_layer == tuple(cache.rows for cache in state.layers)
+    assert stats.kv_rows_per_layer[0] == state.offset > stats.kv_rows_per_layer[-1]
+    assert stats.kv_bytes == state.kv_bytes > 0 and stats.aux_bytes == state.aux_bytes > 0
 
 
-def test_pruned_tokens_are_revived_from_their_aux_slot():
-    model = random_model(num_layers=8)
-    state = LazyState(model, record=True)
-    prompt = random_tokens(200)
-    engine_greedy(model, prompt, 64, AGGRESSIVE, state)
-    revivals = 0
-    depth = np.zeros(len(state.tokens), dtype=int)  # layers computed before each step
-    for record in state.history:
-        first_layer = {}
-        for layer, computed in enumerate(record.computed):
-            for position in computed:
-                first_layer.setdefault(int(position), layer)
-        for position, layer in first_layer.items():
-            # a token resumes exactly at its depth: the layers below are never recomputed
-            assert layer == depth[position]
-            if layer > 0:
-                revivals += position < len(prompt)
-        for layer, computed in enumerate(record.computed):
-            depth[computed] = np.maximum(depth[computed], layer + 1)
-    assert revivals > 0
-
-
-def test_revived_token_matches_the_full_model(monkeypatch):
-    """Drop one token after layer 1 in prefill, bring it back at the next step, keeping all others.
-
-    Nothing before it was ever pruned, so its Aux slot (layer-1 output) and its KV at the resumed
-    layers must equal the full model's for it; tolerance 1e-5 (fp32, different reduction order).
-    """
+def test_pruned_tokens_come_back_from_their_aux_slot_with_the_full_models_kv(monkeypatch):
+    """Drop one token after layer 1 in the prompt step; the first reviving decode step must bring
+    it back, resuming at layer 2 from its Aux slot (the layer-1 output), with layers 0-1 never
+    recomputed. Nothing before it was pruned, so its Aux slot and its KV at layers 2-5 equal the
+    full model's; tolerance 1e-5 (fp32, different reduction order)."""
     model = random_model(num_layers=6)
     prompt, dropped = random_tokens(40), 17
-    selections = []
+    original = prefill.Ranker.scores
 
-    def top(scores, present, ratio, keep_first):
-        selections.append(present)
-        return present[present != dropped] if len(selections) == 1 else present
+    def lowest_for_dropped(self, layer, query, keys, scale, count):
+        scores = original(self, layer, query, keys, scale, count)
+        return mx.where(mx.arange(count) == dropped, -1.0, scores)
 
-    monkeypatch.setattr(engine, "_top", top)
+    monkeypatch.setattr(prefill.Ranker, "scores", lowest_for_dropped)
+    config = LazyConfig(schedule=((1 / 6, 39 / 40),), decode="revive", revive=1)
     state = LazyState(model)
-    engine.step(state, prompt, {1: 0.5})
-    assert state.depth[dropped] == 2 and state.depth[dropped + 1] == 6
-    aux = state.aux[dropped]
-    engine.step(state, [5], {1: 0.5})
-    assert state.depth[dropped] == 6
-    assert state.pair_count[dropped].tolist() == [1] * 6  # layers 0-1 were not recomputed
+    state.record = []
+    engine_greedy(model, prompt, 0, config, state)
+    depth = np.array(state.aux.depths())
+    assert depth[dropped] == 2 and (np.delete(depth, dropped) == 6).all()
+    aux = state.aux.hidden[dropped]
+
+    engine_greedy(model, [5], 1, config, state)  # a decode step follows this one-token prompt
+    assert np.array(state.aux.depths())[dropped] == 6
+    assert_each_pair_once_and_depths_agree(state)
 
     cache = make_prompt_cache(model)
     h = model.model.embed_tokens(mx.array([prompt]))
@@ -173,29 +161,28 @@ def test_revived_token_matches_the_full_model(monkeypatch):
         if layer == 1:
             assert mx.allclose(aux, h[0, dropped], atol=1e-5)
     for layer in range(2, 6):
-        assert mx.allclose(
-            state.keys[layer][0, :, dropped], cache[layer].keys[0, :, dropped], atol=1e-5
-        )
-        assert mx.allclose(
-            state.values[layer][0, :, dropped], cache[layer].values[0, :, dropped], atol=1e-5
-        )
+        ours = state[layer]
+        row = np.array(ours.row_positions()).tolist().index(dropped)
+        keys, values = ours.fetch()
+        assert mx.allclose(keys[0, :, row], cache[layer].keys[0, :, dropped], atol=1e-5)
+        assert mx.allclose(values[0, :, row], cache[layer].values[0, :, dropped], atol=1e-5)
 
 
-def materialized(mask, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    if mask is None:
-        return np.ones((len(queries), len(keys)), dtype=bool)
-    if isinstance(mask, str):  # MLX's causal mask is aligned bottom-right
-        return np.tril(np.ones((len(queries), len(keys)), dtype=bool), len(keys) - len(queries))
-    return np.array(mask)
-
-
-@given(st.sets(st.integers(0, 60), min_size=1), st.data())
-def test_masks_follow_original_positions(key_set, data):
-    keys = np.array(sorted(key_set))
-    chosen = data.draw(st.lists(st.sampled_from(keys.tolist()), unique=True))
-    queries = np.array(sorted(set(chosen) | {int(keys[-1])}))
-    mask = materialized(engine._causal_mask(queries, keys), queries, keys)
+@given(st.lists(st.integers(0, 60), min_size=0, max_size=40, unique=True), st.integers(1, 6))
+def test_explicit_masks_follow_original_positions(cached, new):
+    cache = LazyKVCache()
+    if cached:
+        rows = mx.array(cached, dtype=mx.int32)
+        cache.append(mx.zeros((1, 1, len(cached), 4)), mx.zeros((1, 1, len(cached), 4)), rows)
+    cache.offset = max(cached, default=-1) + 1
+    queries = np.arange(cache.offset, cache.offset + new)
+    keys = np.array(cached + queries.tolist())
+    mask = np.array(cache.make_mask(new, return_array=True))
     assert np.array_equal(mask, keys[None, :] <= queries[:, None])
+    # every cached row precedes the new tokens, so MLX's bottom-right "causal" mask is the same
+    causal = np.tril(np.ones((new, len(keys)), dtype=bool), len(keys) - new)
+    assert np.array_equal(mask, causal)
+    assert cache.make_mask(new) == ("causal" if new > 1 else None)
 
 
 PROPERTY_MODEL = None
@@ -206,40 +193,47 @@ PROPERTY_MODEL = None
     schedule=st.lists(st.tuples(st.floats(0, 0.99), st.floats(0.05, 1.0)), max_size=3),
     prompt_len=st.integers(1, 90),
     steps=st.integers(0, 6),
-    decode=st.sampled_from(["lazy", "full"]),
+    decode=st.sampled_from(["sparse", "revive"]),
+    revive=st.integers(0, 5),
     keep_first=st.integers(0, 4),
     turns=st.integers(1, 2),
     selection=st.sampled_from(SELECTIONS),
+    chunk=st.sampled_from([7, 2048]),
 )
 def test_random_schedules_keep_every_invariant(
-    schedule, prompt_len, steps, decode, keep_first, turns, selection
+    schedule, prompt_len, steps, decode, revive, keep_first, turns, selection, chunk
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
     config = LazyConfig(
-        schedule=tuple(schedule), keep_first=keep_first, decode=decode, selection=selection
+        schedule=tuple(schedule),
+        keep_first=keep_first,
+        decode=decode,
+        revive=revive,
+        selection=selection,
     )
     keep = config.pruning_layers(5)
-    state = LazyState(PROPERTY_MODEL, record=True)
+    state = LazyState(PROPERTY_MODEL)
+    state.record = []
     for turn in range(turns):
         prompt = random_tokens(prompt_len, seed=turn)
-        tokens, logprobs = engine_greedy(PROPERTY_MODEL, prompt, steps, config, state)
+        _, logprobs = engine_greedy(PROPERTY_MODEL, prompt, steps, config, state, chunk=chunk)
         assert all(np.isfinite(np.array(lp)).all() for lp in logprobs)
-    assert state.pair_count.max() <= 1
-    assert np.array_equal(recount(state), state.pair_count)
-    assert_depth_prefix(state)
-    first = state.history[0]
+    assert_each_pair_once_and_depths_agree(state)
+    if not config.prunes:  # mlx-lm's own prefill ran the prompt: it keeps everything
+        assert (np.array(state.aux.depths()) == 5).all()
+        return
+    first = [positions for _, positions in state.record[:5]]  # the lazy prompt step, layer-major
     forced = min(keep_first, prompt_len - 1) + 1  # the sinks and the last token
-    for layer, computed in enumerate(first.computed):
+    for layer, computed in enumerate(first):
         assert computed[-1] == prompt_len - 1  # the last token goes through every layer
         assert np.all(np.diff(computed) > 0)
-        if layer in keep and layer + 1 < len(first.present):
-            n = first.present[layer]
-            assert first.present[layer + 1] == min(n, max(math.ceil(keep[layer] * n), forced))
-    assert state.pair_count[: min(keep_first, prompt_len)].all()  # sinks are never pruned
-    assert all(
-        np.all(np.diff(record.present) <= 0) for record in state.history
-    )  # the set only shrinks with depth
+        if layer + 1 < 5:
+            n = len(computed)
+            kept = max(math.ceil(keep[layer] * n), forced) if layer in keep else n
+            assert len(first[layer + 1]) == min(n, kept)
+    depth = np.array(state.aux.depths())
+    assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
 
 
 def test_unsupported_architecture_is_a_clear_error():
@@ -265,7 +259,7 @@ def test_context_and_memory_limits_are_checked_before_any_work(tiny):
         LazyState(model).check_memory(10**7)
 
 
-def test_cache_kind_must_match_the_path(tiny):
+def test_cache_kind_and_options_must_match_the_path(tiny):
     model, tokenizer = tiny
     with pytest.raises(LazymlxError, match="a LazyState prompt_cache goes with lazy="):
         next(lazymlx.stream_generate(model, tokenizer, "the", prompt_cache=LazyState(model)))
@@ -273,106 +267,86 @@ def test_cache_kind_must_match_the_path(tiny):
         next(
             lazymlx.stream_generate(model, tokenizer, mx.zeros((2, 3), mx.uint32), lazy=AGGRESSIVE)
         )
+    with pytest.raises(LazymlxError, match="not supported with lazy=: kv_bits"):
+        next(lazymlx.stream_generate(model, tokenizer, "the", lazy=AGGRESSIVE, kv_bits=4))
 
 
-def test_an_interrupted_step_leaves_the_state_as_it_was(monkeypatch):
+def test_an_interrupted_prompt_step_leaves_the_context_as_it_was(monkeypatch):
     model = random_model(num_layers=6)
     prompt, turn = random_tokens(120), random_tokens(30, seed=1)
-    keep = AGGRESSIVE.pruning_layers(6)
     reference = LazyState(model)
-    engine.step(reference, prompt, keep)
-    expected = engine.step(reference, turn, keep)
+    engine_greedy(model, prompt, 3, REVIVING, reference)
+    expected, _ = engine_greedy(model, turn, 5, REVIVING, reference)
 
     state = LazyState(model)
-    engine.step(state, prompt, keep)
-    before = (list(state.tokens), state.depth.copy(), state.pair_count.copy())
-    block, calls = engine._block, []
+    engine_greedy(model, prompt, 3, REVIVING, state)
+    before = [(c.rows, c.offset) for c in state.layers], state.offset
+    block, calls = blocks.block_forward, []
 
     def interrupted_block(*args):
         calls.append(1)
         if len(calls) == 4:
-            raise KeyboardInterrupt  # Ctrl-C in the middle of the second step
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the prompt step
         return block(*args)
 
-    monkeypatch.setattr(engine, "_block", interrupted_block)
+    monkeypatch.setattr(prefill, "block_forward", interrupted_block)
     with pytest.raises(KeyboardInterrupt):
-        engine.step(state, turn, keep)
-    monkeypatch.setattr(engine, "_block", block)
-    assert state.tokens == before[0]
-    assert np.array_equal(state.depth, before[1]) and np.array_equal(state.pair_count, before[2])
-    assert mx.allclose(engine.step(state, turn, keep), expected, atol=1e-5)
-    assert np.array_equal(state.pair_count, reference.pair_count)
+        engine_greedy(model, turn, 5, REVIVING, state)
+    monkeypatch.setattr(prefill, "block_forward", block)
+    assert ([(c.rows, c.offset) for c in state.layers], state.offset) == before
+    assert engine_greedy(model, turn, 5, REVIVING, state)[0] == expected
+    assert state.tokens == reference.tokens
 
 
-def test_ctrl_c_during_the_commit_waits_for_it_to_finish(monkeypatch):
-    model = random_model(num_layers=6)
-    keep = AGGRESSIVE.pruning_layers(6)
-    state, reference = LazyState(model), LazyState(model)
-    for s in (state, reference):
-        engine.step(s, random_tokens(80), keep)
-    engine.step(reference, [7], keep)
-    commit = LazyState.commit
-
-    def interrupted_commit(self, *args):
-        os.kill(os.getpid(), signal.SIGINT)  # arrives while the commit runs
-        commit(self, *args)
-
-    monkeypatch.setattr(LazyState, "commit", interrupted_commit)
-    with pytest.raises(KeyboardInterrupt):
-        engine.step(state, [7], keep)
-    assert state.tokens == reference.tokens  # the step landed whole, then Ctrl-C was raised
-    assert np.array_equal(state.depth, reference.depth)
-    assert np.array_equal(state.pair_count, reference.pair_count)
-
-
-@pytest.mark.parametrize("config", [LazyConfig(), AGGRESSIVE], ids=["off", "aggressive"])
-def test_attention_in_query_chunks_changes_nothing(monkeypatch, config):
+@pytest.mark.parametrize("config", [LazyConfig(), AGGRESSIVE, REVIVING])
+def test_prefill_chunks_change_nothing(config):
     model = random_model(num_layers=6)
     prompt, turn = random_tokens(150), random_tokens(60, seed=1)
 
-    def two_turns():
+    def two_turns(chunk):
         state = LazyState(model)
-        first = engine.prompt_step(state, prompt, config)
-        second = engine.prompt_step(state, turn, config)  # revived tokens join the queries
-        return first, second, state.pair_count.copy()
+        first = engine_greedy(model, prompt, 4, config, state, chunk=chunk)
+        second = engine_greedy(model, turn, 4, config, state, chunk=chunk)
+        return first, second, np.array(state.aux.depths())
 
-    whole = two_turns()
-    monkeypatch.setattr(engine, "QUERY_CHUNK", 16)
-    chunked = two_turns()
-    assert mx.allclose(whole[0], chunked[0], atol=1e-5)
-    assert mx.allclose(whole[1], chunked[1], atol=1e-5)
+    whole, chunked = two_turns(2048), two_turns(16)
+    for (tokens, logprobs), (chunked_tokens, chunked_logprobs) in zip(
+        whole[:2], chunked[:2], strict=True
+    ):
+        assert tokens == chunked_tokens
+        for a, b in zip(logprobs, chunked_logprobs, strict=True):
+            assert mx.allclose(a, b, atol=1e-4)
     assert np.array_equal(whole[2], chunked[2])
 
 
 def scored_calls(monkeypatch) -> list[np.ndarray]:
     """Records the attention scores each pruning layer computes."""
     calls = []
-    original = engine._last_token_attention
+    original = prefill.last_token_attention
 
-    def recording(queries, keys, scale):
-        scores = original(queries, keys, scale)
+    def recording(query, keys, scale):
+        scores = original(query, keys, scale)
         calls.append(np.array(scores))
         return scores
 
-    monkeypatch.setattr(engine, "_last_token_attention", recording)
+    monkeypatch.setattr(prefill, "last_token_attention", recording)
     return calls
 
 
 def test_static_selection_ranks_once_by_the_first_pruning_layer(monkeypatch):
     model = random_model(num_layers=8)
     calls = scored_calls(monkeypatch)
-    state = LazyState(model, record=True)
-    config = LazyConfig(schedule=AGGRESSIVE.schedule, selection="static", decode="full")
+    state = LazyState(model)
+    state.record = []
+    config = LazyConfig(schedule=AGGRESSIVE.schedule, selection="static")
     engine_greedy(model, random_tokens(120), 4, config, state)
-    assert len(calls) == 1  # one ranking for the prompt, none in full decode
-    prefill = state.history[0]
+    assert len(calls) == 1  # one ranking for the prompt, none in sparse decode
+    computed = [positions for _, positions in state.record[:8]]
     others = [p for p in np.argsort(-calls[0], kind="stable").tolist() if p != 119]
     for layer in (1, 3, 4):  # the pruning layers: floor(0.2·8), floor(0.4·8), floor(0.6·8)
-        kept = prefill.computed[layer + 1].tolist()
+        kept = computed[layer + 1]
         # the last token, then the best of the others by the first layer's scores
         assert set(kept) == {119, *others[: len(kept) - 1]}
-    assert state.pair_count[:120].sum() == sum(np.sum(c < 120) for c in prefill.computed)
-    assert state.pair_count.max() == 1
 
 
 def test_random_selection_repeats_for_a_seed_and_differs_across_seeds(monkeypatch):
@@ -380,10 +354,69 @@ def test_random_selection_repeats_for_a_seed_and_differs_across_seeds(monkeypatc
     calls = scored_calls(monkeypatch)
     kept = []
     for seed in (0, 0, 1):
-        state = LazyState(model, record=True)
+        state = LazyState(model)
+        state.record = []
         config = LazyConfig(schedule=AGGRESSIVE.schedule, selection="random", seed=seed)
-        engine.prompt_step(state, random_tokens(120), config)
-        kept.append([c.tolist() for c in state.history[0].computed])
+        engine_greedy(model, random_tokens(120), 0, config, state)
+        kept.append([positions for _, positions in state.record])
     assert calls == []  # random selection never looks at attention
     assert kept[0] == kept[1] and kept[0] != kept[2]
     assert [len(c) for c in kept[0]] == [len(c) for c in kept[2]]  # same schedule, same sizes
+
+
+@pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
+def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, config):
+    model = random_model(num_layers=6)
+    prompt, turn = random_tokens(100), random_tokens(20, seed=1)
+    state = LazyState(model)
+    engine_greedy(model, prompt, 6, config, state)
+    path = tmp_path / "context.safetensors"
+    state.save(path, {"model": "tiny"})
+    assert [p.name for p in tmp_path.iterdir()] == ["context.safetensors"]  # nothing staged left
+    loaded, metadata = LazyState.load(path, model)
+    assert metadata == {"model": "tiny"}
+    assert loaded.tokens == state.tokens and loaded.offset == state.offset
+    assert [c.rows for c in loaded.layers] == [c.rows for c in state.layers]
+    in_memory = engine_greedy(model, turn, 8, config, state)
+    reloaded = engine_greedy(model, turn, 8, config, loaded)
+    assert in_memory[0] == reloaded[0]
+    for a, b in zip(in_memory[1], reloaded[1], strict=True):
+        assert mx.allclose(a, b, atol=1e-5)
+
+
+def test_a_saved_context_from_another_model_is_refused(tmp_path):
+    state = LazyState(random_model(num_layers=6))
+    engine_greedy(state.adapter.model, random_tokens(30), 2, AGGRESSIVE, state)
+    state.save(tmp_path / "c.safetensors")
+    with pytest.raises(LazymlxError, match="6 layers cached, the model has 4"):
+        LazyState.load(tmp_path / "c.safetensors", random_model(num_layers=4))
+
+
+def test_a_trimmed_sparse_context_equals_one_that_never_saw_the_trimmed_tokens():
+    model = random_model(num_layers=6)
+    prompt, extra, turn = random_tokens(80), random_tokens(30, seed=1), random_tokens(10, seed=2)
+    state, reference = LazyState(model), LazyState(model)
+    engine_greedy(model, prompt, 0, AGGRESSIVE, state)
+    engine_greedy(model, prompt, 0, AGGRESSIVE, reference)
+    engine_greedy(model, extra, 5, AGGRESSIVE, state)  # a turn re-rendered differently later
+    assert trim_prompt_cache(state, state.offset - len(prompt)) == len(extra) + 5
+    assert state.tokens == reference.tokens
+    assert [c.rows for c in state.layers] == [c.rows for c in reference.layers]
+    ours = engine_greedy(model, turn, 6, AGGRESSIVE, state)[0]
+    assert ours == engine_greedy(model, turn, 6, AGGRESSIVE, reference)[0]
+
+
+def test_trimming_a_reviving_context_keeps_the_revived_kv_of_earlier_tokens():
+    model = random_model(num_layers=6)
+    prompt, extra = random_tokens(80), random_tokens(30, seed=1)
+    state = LazyState(model)
+    engine_greedy(model, prompt, 0, REVIVING, state)
+    engine_greedy(model, extra, 5, REVIVING, state)
+    revived = np.array(state.aux.depths())[: len(prompt)]
+    trim_prompt_cache(state, state.offset - len(prompt))
+    depth = np.array(state.aux.depths())
+    assert np.array_equal(depth, revived)  # what decode revived stays: it attended only earlier
+    for layer, cache in enumerate(state.layers):
+        rows = np.array(cache.row_positions())
+        assert sorted(rows.tolist()) == np.flatnonzero(depth > layer).tolist()
+        assert cache.offset == len(prompt)

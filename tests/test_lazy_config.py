@@ -16,7 +16,8 @@ from lazymlx.errors import LazymlxError
         ({"schedule": ((1.0, 0.5),)}, r"pruning depth must be in \[0, 1\), got 1.0"),
         ({"schedule": ((-0.1, 0.5),)}, r"pruning depth must be in \[0, 1\), got -0.1"),
         ({"keep_first": -1}, "keep_first must be >= 0"),
-        ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: lazy, full"),
+        ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: sparse, revive"),
+        ({"revive": -1}, "revive must be >= 0, got -1"),
         ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )

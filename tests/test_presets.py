@@ -9,7 +9,13 @@ import pytest
 from lazymlx import LazyConfig
 from lazymlx.config import PRESETS
 from lazymlx.errors import LazymlxError
-from lazymlx.presets import presets_file, resolve_preset, save_preset, saved_presets
+from lazymlx.presets import (
+    config_from_dict,
+    presets_file,
+    resolve_preset,
+    save_preset,
+    saved_presets,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +32,9 @@ def test_builtin_presets_and_the_comparison_strategies():
     for selection in ("static", "random"):
         variant = resolve_preset(selection, "any-model")
         assert variant.schedule == default.schedule
-        assert variant.selection == selection and variant.decode == "full"
+        assert variant.selection == selection and variant.decode == "sparse"
+    sparse = resolve_preset("sparse", "any-model")
+    assert sparse.schedule == default.schedule and sparse.decode == "sparse"
 
 
 def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
@@ -52,7 +60,7 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 
 def test_preset_errors():
-    with pytest.raises(LazymlxError, match="choose one of: off, default, static, random"):
+    with pytest.raises(LazymlxError, match="choose one of: off, default, sparse, static, random"):
         resolve_preset("fast", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
         save_preset("m", "static", LazyConfig(), {})
@@ -60,3 +68,9 @@ def test_preset_errors():
     presets_file().write_text("{not json")
     with pytest.raises(LazymlxError, match="cannot read saved presets in .*; fix or delete"):
         saved_presets("m")
+
+
+def test_presets_saved_before_engine_v2_keep_working():
+    assert config_from_dict({"decode": "full"}).decode == "sparse"
+    assert config_from_dict({"decode": "lazy"}).decode == "revive"
+    assert config_from_dict({}) == LazyConfig()

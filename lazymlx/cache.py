@@ -1,0 +1,307 @@
+"""The lazy context: per-layer compact KV caches in mlx-lm's cache protocol, plus depths and Aux.
+
+A layer's cache holds only the tokens that have keys and values at that layer, appended in the
+order they were computed, with their original positions beside them on the device. `offset` is
+the next *position* (what the model's rope needs), not the row count. Because every token a step
+adds comes after every token already cached, MLX's bottom-right "causal" mask and mlx-lm's own
+forward pass stay correct on these caches: mlx-lm's `generate_step` decodes over them unchanged,
+and pruning saves KV memory instead of leaving holes in position-addressed buffers.
+
+A token's *depth* is how many layers hold its KV; those layers are always 0..depth-1 (KV is never
+deleted and every step enters at layer 0), so a pruned token needs one saved hidden state to
+resume: the output of layer depth-1, its Aux slot. Depths and Aux slots live on the device, slot
+index = position, so revival during decode needs no host sync. Pair counts are derived from
+depths: each (token, layer) pair below a token's depth was computed exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx_lm.models.cache as mlx_lm_cache
+import numpy as np
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import _BaseCache
+
+from lazymlx.errors import LazymlxError
+from lazymlx.models.adapters import LlamaAdapter, adapter_for
+
+GROWTH = 256  # buffers grow in steps, like mlx-lm's KVCache, so appending one token never copies
+
+
+def _grown(buffer: mx.array | None, used: int, needed: int, shape: tuple, dtype, axis: int):
+    """`buffer` with room for `needed` rows along `axis`, its first `used` rows kept."""
+    capacity = 0 if buffer is None else buffer.shape[axis]
+    if needed <= capacity:
+        return buffer
+    rows = GROWTH * ((needed + GROWTH - 1) // GROWTH)
+    fresh = mx.zeros((*shape[:axis], rows - used, *shape[axis + 1 :]), dtype)
+    if buffer is None or used == 0:
+        return fresh
+    kept = buffer[(slice(None),) * axis + (slice(0, used),)]
+    return mx.concatenate([kept, fresh], axis=axis)
+
+
+class LazyKVCache(_BaseCache):
+    """One layer's keys and values for the tokens computed there, with their positions."""
+
+    def __init__(self) -> None:
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.positions: mx.array | None = None  # int32 rows → original position
+        self.rows = 0
+        self.offset = 0  # the next position: tokens in the context, pruned ones included
+
+    def append(self, keys: mx.array, values: mx.array, positions: mx.array) -> None:
+        """Add rows for tokens at `positions` (already rotated keys), after every cached row."""
+        count = keys.shape[2]
+        end = self.rows + count
+        self.keys = _grown(self.keys, self.rows, end, keys.shape, keys.dtype, 2)
+        self.values = _grown(self.values, self.rows, end, values.shape, values.dtype, 2)
+        self.positions = _grown(self.positions, self.rows, end, (count,), mx.int32, 0)
+        self.keys[..., self.rows : end, :] = keys
+        self.values[..., self.rows : end, :] = values
+        self.positions[self.rows : end] = positions
+        self.rows = end
+
+    def fetch(self) -> tuple[mx.array, mx.array]:
+        return self.keys[..., : self.rows, :], self.values[..., : self.rows, :]
+
+    def row_positions(self) -> mx.array:
+        return self.positions[: self.rows] if self.rows else mx.array([], mx.int32)
+
+    # mlx-lm's cache protocol: what the model's own forward pass and generate_step call
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        """The model's forward pass: new tokens at the next positions, then every row."""
+        count = keys.shape[2]
+        self.append(keys, values, mx.arange(self.offset, self.offset + count, dtype=mx.int32))
+        self.offset += count
+        return self.fetch()
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):
+        """Causal on original positions for N new tokens. Every cached row precedes them, so the
+        bottom-right "causal" mask is exact; an explicit one compares positions."""
+        if window_size is not None:
+            raise LazymlxError("lazy pruning does not support sliding-window attention")
+        if not return_array:
+            return "causal" if N > 1 else None
+        queries = mx.arange(self.offset, self.offset + N, dtype=mx.int32)
+        keys = mx.concatenate([self.row_positions(), queries])
+        return keys[None] <= queries[:, None]
+
+    def size(self) -> int:
+        return self.rows
+
+    def empty(self) -> bool:
+        return self.rows == 0
+
+    @property
+    def nbytes(self) -> int:
+        if self.keys is None:
+            return 0
+        return self.keys.nbytes + self.values.nbytes + self.positions.nbytes
+
+    @property
+    def state(self) -> tuple[mx.array, mx.array, mx.array, int]:
+        keys, values = self.fetch() if self.rows else (mx.array([]), mx.array([]))
+        return keys, values, self.row_positions(), self.offset
+
+    @state.setter
+    def state(self, value: tuple[mx.array, mx.array, mx.array, int]) -> None:
+        keys, values, positions, offset = value
+        self.rows = positions.size
+        self.keys, self.values = (keys, values) if self.rows else (None, None)
+        self.positions = positions.astype(mx.int32) if self.rows else None
+        self.offset = int(offset)
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def trim(self, n: int) -> int:
+        """Forget the last n positions (rows of revived older tokens stay)."""
+        n = min(self.offset, n)
+        self.offset -= n
+        if self.rows:
+            keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
+            if len(keep) < self.rows:
+                index = mx.array(keep.astype(np.int32))
+                self.keys = self.keys[..., index, :]
+                self.values = self.values[..., index, :]
+                self.positions = self.positions[index]
+                self.rows = len(keep)
+        return n
+
+
+class LazyAux(_BaseCache):
+    """The context's per-token bookkeeping, stored as the last entry of the cache list so that
+    mlx-lm's save_prompt_cache / load_prompt_cache carry it: token ids, depths and Aux slots.
+
+    Everything is on the device, so a decode step (whose token id mlx-lm keeps on the device
+    while it pipelines) never waits for the host. `depth_counts` is the host's copy of how many
+    tokens sit at each depth, kept exact by the revival policy without reading the device.
+    """
+
+    def __init__(self) -> None:
+        self.ids: mx.array | None = None  # int32 token id per position
+        self.depth: mx.array | None = None  # int32 per position
+        self.hidden: mx.array | None = None  # (positions, hidden size): the Aux slots
+        self.length = 0
+        self.depth_counts: np.ndarray | None = None
+
+    def extend(self, tokens: mx.array, hidden_size: int, dtype: mx.Dtype, depth: int) -> None:
+        """New tokens at the end of the context, at `depth` until a step says otherwise."""
+        start, end = self.length, self.length + tokens.size
+        self.ids = _grown(self.ids, start, end, (tokens.size,), mx.int32, 0)
+        self.depth = _grown(self.depth, start, end, (tokens.size,), mx.int32, 0)
+        self.hidden = _grown(self.hidden, start, end, (tokens.size, hidden_size), dtype, 0)
+        self.ids[start:end] = tokens.astype(mx.int32)
+        self.depth[start:end] = depth
+        self.length = end
+        if self.depth_counts is not None:
+            self.depth_counts[depth] += tokens.size
+
+    def depths(self) -> mx.array:
+        return self.depth[: self.length]
+
+    def counts(self, num_layers: int) -> np.ndarray:
+        """Tokens per depth 0..num_layers; read from the device once, then kept by the caller."""
+        if self.depth_counts is None:
+            depths = np.array(self.depths()) if self.length else np.zeros(0, np.int32)
+            self.depth_counts = np.bincount(depths, minlength=num_layers + 1)
+        return self.depth_counts
+
+    @property
+    def state(self) -> tuple[mx.array, mx.array, mx.array]:
+        if not self.length:
+            return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([])
+        return self.ids[: self.length], self.depths(), self.hidden[: self.length]
+
+    @state.setter
+    def state(self, value: tuple[mx.array, mx.array, mx.array]) -> None:
+        ids, depth, hidden = value
+        self.length = ids.size
+        self.ids = ids.astype(mx.int32) if self.length else None
+        self.depth = depth.astype(mx.int32) if self.length else None
+        self.hidden = hidden if self.length else None
+        self.depth_counts = None
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def trim(self, n: int) -> int:
+        n = min(self.length, n)
+        self.length -= n
+        self.depth_counts = None
+        return n
+
+    def empty(self) -> bool:
+        return self.length == 0
+
+    @property
+    def nbytes(self) -> int:
+        if self.hidden is None:
+            return 0
+        return self.hidden.nbytes + self.depth.nbytes + self.ids.nbytes
+
+
+# mlx-lm's load_prompt_cache rebuilds caches by class name from its own module
+mlx_lm_cache.LazyKVCache = LazyKVCache
+mlx_lm_cache.LazyAux = LazyAux
+
+
+class LazyState(list):
+    """A lazy context: one LazyKVCache per layer, then the LazyAux entry.
+
+    It is an mlx-lm prompt cache (a list of caches), so `prompt_cache=state` works in mlx-lm's
+    generate_step, trim_prompt_cache and save_prompt_cache. One state serves a prompt, its decode
+    steps and later chat turns.
+    """
+
+    def __init__(self, model: nn.Module, entries: list[Any] | None = None) -> None:
+        self.adapter: LlamaAdapter = adapter_for(model)
+        self.num_layers = len(self.adapter.layers)
+        self.dtype = self.adapter.embed(mx.array([0])).dtype
+        if entries is None:
+            entries = [LazyKVCache() for _ in range(self.num_layers)] + [LazyAux()]
+        if len(entries) != self.num_layers + 1 or not isinstance(entries[-1], LazyAux):
+            raise LazymlxError(
+                f"this saved context does not fit the model: {len(entries) - 1} layers cached, "
+                f"the model has {self.num_layers}; load it with the model that saved it"
+            )
+        super().__init__(entries)
+        self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
+
+    @property
+    def layers(self) -> list[LazyKVCache]:
+        return self[: self.num_layers]
+
+    @property
+    def aux(self) -> LazyAux:
+        return self[-1]
+
+    @property
+    def offset(self) -> int:
+        """Tokens in the context (the next token's position), like mlx-lm's cache.offset."""
+        return self.aux.length
+
+    @property
+    def tokens(self) -> list[int]:
+        """The context's token ids (read from the device)."""
+        return self.aux.ids[: self.offset].tolist() if self.offset else []
+
+    def pairs(self, start: int = 0, end: int | None = None) -> int:
+        """(token, layer) pairs computed for positions start..end, each exactly once: the depths."""
+        return int(self.aux.depths()[start:end].sum().item()) if self.offset else 0
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(cache.nbytes for cache in self.layers)
+
+    @property
+    def aux_bytes(self) -> int:
+        return self.aux.nbytes
+
+    def arrays(self) -> list[mx.array]:
+        return [a for entry in self for a in tree_flatten(entry.state) if isinstance(a, mx.array)]
+
+    def check_memory(self, tokens: int) -> None:
+        """Refuse a context whose weights, KV, Aux and attention scores can't fit in memory.
+
+        Off Metal and CUDA, MLX's attention materializes one chunk's (heads × chunk × tokens) scores.
+        """
+        a = self.adapter
+        weights = sum(p.nbytes for _, p in tree_flatten(a.model.parameters()))
+        per_token = (
+            self.num_layers * 2 * a.num_kv_heads * a.head_dim + a.hidden_size
+        ) * self.dtype.size
+        scores = a.num_heads * min(tokens, 2048) * tokens * 4
+        needed = weights + tokens * per_token + scores
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if needed > 0.8 * available:
+            raise LazymlxError(
+                f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for weights, keys, "
+                f"values, Aux slots and attention, more than this machine's "
+                f"{available / 1e9:.1f} GB allows; shorten the prompt"
+            )
+
+    def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
+        """Write the context in mlx-lm's prompt-cache format, atomically."""
+        path = Path(path)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".safetensors", delete=False) as f:
+            staged = Path(f.name)
+        try:
+            mlx_lm_cache.save_prompt_cache(str(staged), list(self), metadata)
+            os.replace(staged, path)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: str | Path, model: nn.Module) -> tuple[LazyState, dict[str, str]]:
+        entries, metadata = mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True)
+        return cls(model, entries), metadata

@@ -1,0 +1,112 @@
+"""The model as mlx-lm's generate_step sees it on a lazy context, and the decode policies.
+
+mlx-lm's own loop decodes (async pipelining, the generation stream, wired_limit, samplers, logits
+processors, GenerationResponse); lazymlx only decides what one call of "the model" does:
+- prompt chunks are gathered until the whole prompt is there, then the lazy prompt step runs
+  (pruning ranks by the *last* prompt token); a prompt the config doesn't prune goes through
+  the model's own forward pass, chunk by chunk, exactly as stock;
+- a decode step follows the config's policy:
+  - "sparse": the model's own forward pass over the compact caches: the new token attends to the
+    KV each layer holds; pruned tokens stay pruned (as SpecPrefill, GemFilter and FastKV decode);
+  - "revive": at each pruning layer the new token's attention picks up to `revive` tokens that
+    stopped right there; they resume from their Aux slot and go deeper with it, their new KV
+    appended to the deeper caches, while the new token attends to every row of each layer.
+    Every count is known on the host in advance, so the step never waits for the device and
+    stays inside mlx-lm's pipelining; each (token, layer) pair is still computed at most once.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from lazymlx.blocks import block_forward, last_token_attention
+from lazymlx.cache import LazyState
+from lazymlx.config import LazyConfig
+from lazymlx.prefill import prompt_step
+
+
+class LazyModel(nn.Module):
+    """Wraps a model for one generate_step call over `state`, whose prompt has `prompt_length`
+    tokens; mlx-lm passes `state` back as the cache, so it is used directly."""
+
+    def __init__(
+        self, model: nn.Module, state: LazyState, config: LazyConfig, prompt_length: int, chunk: int
+    ) -> None:
+        super().__init__()
+        self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
+        self.context, self.config, self.chunk = state, config, chunk
+        self.remaining = prompt_length  # prompt tokens not yet seen
+        self.pending: list[mx.array] | None = [] if config.prunes else None
+        self.start = state.offset
+        # (prompt token, layer) pairs the prompt step computed, read before any decode step
+        self.prompt_pairs = prompt_length * state.num_layers
+
+    def __call__(self, inputs: mx.array, cache: object = None, **unused: object) -> mx.array | None:
+        state = self.context
+        prompt = self.remaining > 0
+        if prompt:
+            self.remaining -= inputs.shape[1]
+        if prompt and self.pending is not None:
+            self.pending.append(inputs[0])
+            if self.remaining:
+                return None  # generate_step ignores what a prompt chunk returns
+            logits = prompt_step(state, mx.concatenate(self.pending), self.config, self.chunk)
+            self.prompt_pairs = state.pairs(self.start)
+            return logits
+        if not prompt and self.config.decode == "revive" and self.config.prunes:
+            return revive_step(state, inputs, self.config)
+        start = state.offset
+        state.aux.extend(inputs[0], state.adapter.hidden_size, state.dtype, state.num_layers)
+        if state.record is not None:
+            state.record += [
+                (layer, list(range(start, state.offset))) for layer in range(state.num_layers)
+            ]
+        return self.model(inputs, cache=state.layers)
+
+
+def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:
+    """One decode token with bounded revival; the logits (1, 1, vocab)."""
+    adapter, aux, num_layers = state.adapter, state.aux, state.num_layers
+    keep = config.pruning_layers(num_layers)
+    position = state.offset
+    counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
+    aux.extend(inputs[0], adapter.hidden_size, state.dtype, num_layers)
+    h = adapter.embed(inputs)
+    positions = mx.array([position], dtype=mx.int32)  # revived tokens first, the new token last
+    revived = 0
+    for layer, block in enumerate(adapter.layers):
+        cache = state[layer]
+        mask = None
+        if revived:  # revived queries see rows at their own position or earlier
+            rows = mx.concatenate([cache.row_positions(), positions])
+            mask = rows[None] <= positions[:, None]
+        deepest = layer == num_layers - 1
+        first = None if revived else position
+        h, query = block_forward(adapter, block, cache, h, positions, first, mask, deepest)
+        cache.offset = position + 1
+        if state.record is not None:
+            state.record.append((layer, positions.tolist()))
+        if deepest or layer not in keep:
+            continue
+        if revived:  # carried tokens stop here unless picked again
+            back = positions[:-1]
+            aux.hidden[back] = h[0, :-1]
+            aux.depth[back] = layer + 1
+            counts[layer + 1] += revived
+            counts[num_layers] -= revived
+        revived = min(config.revive, int(counts[layer + 1]))
+        if not revived:
+            h, positions = h[:, -1:], positions[-1:]
+            continue
+        rows = cache.row_positions()
+        scores = last_token_attention(query, cache.fetch()[0], block.self_attn.scale)
+        waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
+        picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
+        picked = rows[picks]
+        aux.depth[picked] = num_layers
+        counts[layer + 1] -= revived
+        counts[num_layers] += revived
+        h = mx.concatenate([aux.hidden[picked][None], h[:, -1:]], axis=1)
+        positions = mx.concatenate([picked, positions[-1:]])
+    return adapter.logits(h[:, -1:])
