@@ -79,10 +79,31 @@ def calibration_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def gpu_table(name: str) -> str:
+    """benchmarks/gpu/llama_shapes.py's rows, each against the baseline of its shape and length."""
+    lines = [
+        "| shape | prompt tokens | mode | TTFT (s) | TTFT speedup | decode tok/s | decode vs stock "
+        "| 256-token answer (s) | peak GB | prefill computed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = load(name)["rows"]
+    base = {(r["shape"], r["prompt_tokens"]): r for r in rows if r["mode"] == "baseline"}
+    for r in rows:
+        b = base[(r["shape"], r["prompt_tokens"])]
+        lines.append(
+            f"| {r['shape']} | {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.3f} "
+            f"| {b['ttft_s'] / r['ttft_s']:.2f}x | {r['decode_tps']:.1f} "
+            f"| {r['decode_tps'] / b['decode_tps']:.2f}x | {r['answer_s']:.2f} "
+            f"| {r['peak_gb']:.1f} | {r['compute_fraction']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     sections = {
-        "TTFT (bench)": lambda: bench_table("bench_1k_2k_4k.json", "bench_8k.json"),
-        "accuracy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
+        "accuracy per decode policy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
         "calibration frontier": lambda: calibration_table("calibrate.json"),
     }
     for title, table in sections.items():

@@ -32,6 +32,8 @@ class LazyConfig:
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
+    revive_steps: how many decode steps of a call revive (None: every step); later steps decode
+        like "sparse". The tokens an answer needs are picked in its first steps.
     selection: how pruning layers rank tokens, one of SELECTIONS.
     seed: for random selection, so a random-drop run can be repeated exactly.
     """
@@ -40,6 +42,7 @@ class LazyConfig:
     keep_first: int = 0
     decode: str = "sparse"
     revive: int = 16
+    revive_steps: int | None = 8
     selection: str = "attention"
     seed: int = 0
 
@@ -54,6 +57,8 @@ class LazyConfig:
             raise LazymlxError(f"keep_first must be >= 0, got {self.keep_first}")
         if self.revive < 0:
             raise LazymlxError(f"revive must be >= 0, got {self.revive}")
+        if self.revive_steps is not None and self.revive_steps < 0:
+            raise LazymlxError(f"revive_steps must be >= 0 or None, got {self.revive_steps}")
         if self.decode not in DECODE_MODES:
             raise LazymlxError(
                 f"unknown decode mode {self.decode!r}; choose one of: {', '.join(DECODE_MODES)}"
@@ -93,7 +98,10 @@ class LazyConfig:
         steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
-        decode = f"revive {self.revive}" if self.decode == "revive" else self.decode
+        decode = self.decode
+        if decode == "revive":
+            span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
+            decode = f"revive {self.revive} a layer for {span}"
         return f"{steps}{sinks}{ranked}, decode {decode}"
 
 
@@ -102,8 +110,9 @@ PRESETS: dict[str, LazyConfig] = {
     # Chosen by `lazymlx calibrate` on SmolLM2-135M (benchmarks/results/calibrate.json): of six
     # candidate schedules, the one computing the fewest (token, layer) pairs whose answers were
     # right exactly where the baseline's were on all 10 calibration cases (5 tasks, 1k and 2k).
-    # Decode "revive" (16 a layer): on passkeys at 1-2k, "sparse" decoding lost 7 of 14 keys the
-    # baseline got, reviving lost none of 4 (benchmarks/README.md, engine v2).
+    # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
+    # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
+    # "sparse" answered 5 (benchmarks/README.md, engine v2).
     "default": LazyConfig(schedule=((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)), decode="revive"),
 }
 

@@ -39,6 +39,7 @@ class LazyModel(nn.Module):
         self.remaining = prompt_length  # prompt tokens not yet seen
         self.pending: list[mx.array] | None = [] if config.prunes else None
         self.start = state.offset
+        self.decoded = 0  # decode steps run with revival
         # (prompt token, layer) pairs the prompt step computed, read before any decode step
         self.prompt_pairs = prompt_length * state.num_layers
 
@@ -54,7 +55,8 @@ class LazyModel(nn.Module):
             logits = prompt_step(state, mx.concatenate(self.pending), self.config, self.chunk)
             self.prompt_pairs = state.pairs(self.start)
             return logits
-        if not prompt and self.config.decode == "revive" and self.config.prunes:
+        if not prompt and self.reviving():
+            self.decoded += 1
             return revive_step(state, inputs, self.config)
         start = state.offset
         state.aux.extend(inputs[0], state.adapter.hidden_size, state.dtype, state.num_layers)
@@ -63,6 +65,12 @@ class LazyModel(nn.Module):
                 (layer, list(range(start, state.offset))) for layer in range(state.num_layers)
             ]
         return self.model(inputs, cache=state.layers)
+
+    def reviving(self) -> bool:
+        config = self.config
+        if config.decode != "revive" or not config.prunes:
+            return False
+        return config.revive_steps is None or self.decoded < config.revive_steps
 
 
 def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:

@@ -56,6 +56,7 @@ def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
         # presets saved before engine v2 name its decode modes "full" and "lazy"
         decode=LEGACY_DECODE.get(entry.get("decode"), entry.get("decode", "sparse")),
         revive=entry.get("revive", 16),
+        revive_steps=entry.get("revive_steps", 8),
         selection=entry.get("selection", "attention"),
         seed=entry.get("seed", 0),
     )

@@ -420,3 +420,17 @@ def test_trimming_a_reviving_context_keeps_the_revived_kv_of_earlier_tokens():
         rows = np.array(cache.row_positions())
         assert sorted(rows.tolist()) == np.flatnonzero(depth > layer).tolist()
         assert cache.offset == len(prompt)
+
+
+def test_only_the_first_revive_steps_of_a_call_revive():
+    model = random_model(num_layers=8)
+    config = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4, revive_steps=2)
+    state = LazyState(model)
+    state.record = []
+    engine_greedy(model, random_tokens(200), 10, config, state)
+    decode = state.record[8:]  # after the prompt step's 8 layers, one record a layer a step
+    steps = [decode[i : i + 8] for i in range(0, len(decode), 8)]
+    revived = [sum(len(positions) - 1 for _, positions in step) for step in steps]
+    assert len(steps) == 10 and revived[0] > 0 and revived[1] > 0
+    assert revived[2:] == [0] * 8
+    assert_each_pair_once_and_depths_agree(state)

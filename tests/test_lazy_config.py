@@ -18,6 +18,7 @@ from lazymlx.errors import LazymlxError
         ({"keep_first": -1}, "keep_first must be >= 0"),
         ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: sparse, revive"),
         ({"revive": -1}, "revive must be >= 0, got -1"),
+        ({"revive_steps": -1}, "revive_steps must be >= 0 or None, got -1"),
         ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )
