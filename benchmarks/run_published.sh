@@ -2,6 +2,8 @@
 # Every number in benchmarks/README.md, in the order they were made (run from the repository root
 # after `make setup openblas model`; one job at a time: two cores, and parallel timings lie).
 # Takes about 1.5 hours on a 2-core Xeon with MLX's CPU backend; minutes on an M-series Mac.
+# Steps 2-4 were re-run for engine v2; step 1 (the schedule) was calibrated with engine v1, whose
+# prompt step prunes exactly as v2's does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 results=benchmarks/results
@@ -14,12 +16,27 @@ $lazymlx calibrate --lengths 1k,2k --cases 1 --selections attention,static,rando
 $lazymlx calibrate --records $results/calibrate.json --name default  # the decision, re-made
 .venv/bin/python benchmarks/plot_tradeoff.py $results/calibrate.json $results/tradeoff.png
 
-# 2. Accuracy per task and length: baseline, default, static, random.
-$lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,static,random \
-  --output json > $results/eval_1k_2k.json
+# 2. Accuracy per task and decode policy (engine v2): baseline, default (revive in the first 8
+#    decode steps), revival at every step (a preset saved for the comparison), sparse, static,
+#    random.
+.venv/bin/python - <<'PY'
+from dataclasses import replace
+from lazymlx.config import PRESETS
+from lazymlx.presets import save_preset
+save_preset("smollm2-135m", "revive-every-step", replace(PRESETS["default"], revive_steps=None),
+            {"experiment": "engine v2 decode policy: revival at every decode step"})
+PY
+$lazymlx eval --task all --lengths 1k,2k --cases 2 \
+  --lazy default,revive-every-step,sparse,static,random --output json > $results/eval_1k_2k.json
 
-# 3. TTFT, decode speed, memory: stock mlx-lm next to each strategy, passkey prompt.
-$lazymlx bench --prompt-len 1k,2k,4k --lazy default,off,static,random --gen-len 32 \
-  --output json > $results/bench_1k_2k_4k.json
-$lazymlx bench --prompt-len 8k --lazy default,static,random --gen-len 16 \
+# 3. TTFT, decode speed, memory: stock mlx-lm next to each decode policy and keep-all, passkey.
+$lazymlx bench --prompt-len 2k --lazy default,sparse,off --gen-len 64 --repeats 3 \
+  --output json > $results/bench_2k.json
+$lazymlx bench --prompt-len 8k --lazy default,sparse,off --gen-len 64 \
   --output json > $results/bench_8k.json
+
+# 4. On an NVIDIA GPU machine (MLX's CUDA backend; no weights there, so random-weight shapes):
+#    stage the wheels here with ../shared/tools/gpu/prepare.sh, run .gpu1/setup.sh and
+#    .gpu2/setup.sh there, then
+#    PYTHONPATH=/tmp/site python3 benchmarks/gpu/llama_shapes.py --output $OUT/gpu_llama_shapes.json
+#    and copy the JSON to $results/.

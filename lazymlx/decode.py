@@ -17,6 +17,11 @@ processors, GenerationResponse); lazymlx only decides what one call of "the mode
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -55,9 +60,15 @@ class LazyModel(nn.Module):
             logits = prompt_step(state, mx.concatenate(self.pending), self.config, self.chunk)
             self.prompt_pairs = state.pairs(self.start)
             return logits
-        if not prompt and self.reviving():
-            self.decoded += 1
-            return revive_step(state, inputs, self.config)
+        with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
+            if not prompt and self.reviving():
+                self.decoded += 1
+                return revive_step(state, inputs, self.config)
+            return self._forward(inputs)
+
+    def _forward(self, inputs: mx.array) -> mx.array:
+        """The model's own forward pass over the lazy context (sparse decode, unpruned prompts)."""
+        state = self.context
         start = state.offset
         state.aux.extend(inputs[0], state.adapter.hidden_size, state.dtype, state.num_layers)
         if state.record is not None:
@@ -71,6 +82,26 @@ class LazyModel(nn.Module):
         if config.decode != "revive" or not config.prunes:
             return False
         return config.revive_steps is None or self.decoded < config.revive_steps
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block is done, then raise it (main thread only, where it arrives).
+
+    A decode step only builds a graph (milliseconds), so holding Ctrl-C costs nothing; a prompt
+    step can be long, and rolls back instead (lazymlx/prefill.py).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:

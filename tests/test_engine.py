@@ -5,6 +5,8 @@ survives Ctrl-C, trimming, saving and loading."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -434,3 +436,34 @@ def test_only_the_first_revive_steps_of_a_call_revive():
     assert len(steps) == 10 and revived[0] > 0 and revived[1] > 0
     assert revived[2:] == [0] * 8
     assert_each_pair_once_and_depths_agree(state)
+
+
+@pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
+def test_ctrl_c_while_a_decode_step_is_built_waits_for_it(monkeypatch, config):
+    model = random_model(num_layers=6)
+    prompt = random_tokens(80)
+    reference = LazyState(model)
+    expected = engine_greedy(model, prompt, 6, config, reference)[0]
+    state = LazyState(model)
+    add_row, interrupted = LazyKVCache.append, []
+
+    def append_then_interrupt(self, *args):
+        add_row(self, *args)
+        if state.offset > len(prompt) + 2 and not interrupted:  # the third decode step
+            interrupted.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(LazyKVCache, "append", append_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        engine_greedy(model, prompt, 6, config, state)
+    monkeypatch.setattr(LazyKVCache, "append", add_row)
+    # the step landed whole on every layer, then Ctrl-C was raised
+    assert [c.offset for c in state.layers] == [state.offset] * 6
+    depth = np.array(state.aux.depths())
+    for layer, cache in enumerate(state.layers):
+        assert (
+            sorted(np.array(cache.row_positions()).tolist())
+            == np.flatnonzero(depth > layer).tolist()
+        )
+    assert state.tokens == reference.tokens[: state.offset]  # the tokens fed: prompt, answer
+    assert state.tokens[len(prompt) :] == expected[: state.offset - len(prompt)]
