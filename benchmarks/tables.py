@@ -83,7 +83,7 @@ def gpu_table(name: str) -> str:
     """benchmarks/gpu/llama_shapes.py's rows, each against the baseline of its shape and length."""
     lines = [
         "| shape | prompt tokens | mode | TTFT (s) | TTFT speedup | decode tok/s | decode vs stock "
-        "| 256-token answer (s) | peak GB | prefill computed |",
+        "| whole answer (s) | peak GB | prefill computed |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = load(name)["rows"]
@@ -99,10 +99,24 @@ def gpu_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def policy_table(name: str) -> str:
+    """decode_policies.py: decode tok/s per policy, one column per round."""
+    rows = load(name)["rows"]
+    rounds = len(rows[0]["decode_tps"])
+    lines = [
+        "| decode policy | " + " | ".join(f"tok/s, round {i + 1}" for i in range(rounds)) + " |",
+        "|---|" + "---|" * rounds,
+    ]
+    for r in rows:
+        lines.append(f"| {r['policy']} | " + " | ".join(f"{t:.1f}" for t in r["decode_tps"]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     sections = {
         "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
         "accuracy per decode policy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
         "calibration frontier": lambda: calibration_table("calibrate.json"),
     }

@@ -154,17 +154,25 @@ class LazyAux(_BaseCache):
         self.length = 0
         self.depth_counts: np.ndarray | None = None
 
-    def extend(self, tokens: mx.array, hidden_size: int, dtype: mx.Dtype, depth: int) -> None:
+    def extend(self, tokens: mx.array, depth: int) -> None:
         """New tokens at the end of the context, at `depth` until a step says otherwise."""
         start, end = self.length, self.length + tokens.size
         self.ids = _grown(self.ids, start, end, (tokens.size,), mx.int32, 0)
         self.depth = _grown(self.depth, start, end, (tokens.size,), mx.int32, 0)
-        self.hidden = _grown(self.hidden, start, end, (tokens.size, hidden_size), dtype, 0)
+        if self.hidden is not None:
+            shape = (tokens.size, self.hidden.shape[1])
+            self.hidden = _grown(self.hidden, start, end, shape, self.hidden.dtype, 0)
         self.ids[start:end] = tokens.astype(mx.int32)
         self.depth[start:end] = depth
         self.length = end
         if self.depth_counts is not None:
             self.depth_counts[depth] += tokens.size
+
+    def make_slots(self, hidden_size: int, dtype: mx.Dtype) -> None:
+        """The Aux slots, made when a step first prunes: a context that never prunes (`off`,
+        short prompts) holds no hidden state beside its KV."""
+        if self.hidden is None:
+            self.hidden = mx.zeros((self.ids.shape[0], hidden_size), dtype)
 
     def depths(self) -> mx.array:
         return self.depth[: self.length]
@@ -180,7 +188,8 @@ class LazyAux(_BaseCache):
     def state(self) -> tuple[mx.array, mx.array, mx.array]:
         if not self.length:
             return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([])
-        return self.ids[: self.length], self.depths(), self.hidden[: self.length]
+        hidden = mx.array([]) if self.hidden is None else self.hidden[: self.length]
+        return self.ids[: self.length], self.depths(), hidden
 
     @state.setter
     def state(self, value: tuple[mx.array, mx.array, mx.array]) -> None:
@@ -188,7 +197,7 @@ class LazyAux(_BaseCache):
         self.length = ids.size
         self.ids = ids.astype(mx.int32) if self.length else None
         self.depth = depth.astype(mx.int32) if self.length else None
-        self.hidden = hidden if self.length else None
+        self.hidden = hidden if hidden.size else None
         self.depth_counts = None
 
     def is_trimmable(self) -> bool:
@@ -205,9 +214,10 @@ class LazyAux(_BaseCache):
 
     @property
     def nbytes(self) -> int:
-        if self.hidden is None:
+        if self.ids is None:
             return 0
-        return self.hidden.nbytes + self.depth.nbytes + self.ids.nbytes
+        slots = 0 if self.hidden is None else self.hidden.nbytes
+        return slots + self.depth.nbytes + self.ids.nbytes
 
 
 # mlx-lm's load_prompt_cache rebuilds caches by class name from its own module

@@ -70,7 +70,7 @@ class LazyModel(nn.Module):
         """The model's own forward pass over the lazy context (sparse decode, unpruned prompts)."""
         state = self.context
         start = state.offset
-        state.aux.extend(inputs[0], state.adapter.hidden_size, state.dtype, state.num_layers)
+        state.aux.extend(inputs[0], depth=state.num_layers)
         if state.record is not None:
             state.record += [
                 (layer, list(range(start, state.offset))) for layer in range(state.num_layers)
@@ -110,7 +110,7 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
     keep = config.pruning_layers(num_layers)
     position = state.offset
     counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
-    aux.extend(inputs[0], adapter.hidden_size, state.dtype, num_layers)
+    aux.extend(inputs[0], depth=num_layers)
     h = adapter.embed(inputs)
     positions = mx.array([position], dtype=mx.int32)  # revived tokens first, the new token last
     revived = 0

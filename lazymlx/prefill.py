@@ -73,7 +73,7 @@ def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) 
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
-    aux.extend(tokens, adapter.hidden_size, state.dtype, depth=num_layers)
+    aux.extend(tokens, depth=num_layers)
     aux.depth_counts = None  # pruning changes depths on the device
     keep = config.pruning_layers(num_layers)
     ranker = Ranker(config, start)
@@ -97,6 +97,7 @@ def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) 
         order = mx.argsort(-mx.where(sinks, mx.inf, scores.astype(mx.float32)))
         k = max(math.ceil(ratio * count), forced)
         kept, dropped = mx.sort(order[:k]), order[k:]
+        aux.make_slots(adapter.hidden_size, state.dtype)
         aux.hidden[positions[dropped]] = h[0, dropped]
         aux.depth[positions[dropped]] = layer + 1
         ranker.keep(kept)

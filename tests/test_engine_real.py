@@ -14,10 +14,17 @@ from lazymlx.session import ChatSession
 pytestmark = pytest.mark.real_model
 
 
-def test_keep_all_reproduces_stock_mlx_lm(real):
+@pytest.mark.parametrize(
+    "config",
+    # keep-all through mlx-lm's forward pass, and through the lazy prompt step (a ratio that
+    # rounds up to every token of a prompt this short)
+    [LazyConfig(), LazyConfig(schedule=((0.5, 0.999),))],
+    ids=["off", "engine-prefill"],
+)
+def test_keep_all_reproduces_stock_mlx_lm(real, config):
     model, tokenizer = real
     prompt = tokenizer.encode(passkey_prompt(tokenizer, 160).text)
-    assert_keep_all_reproduces_stock(model, prompt)
+    assert_keep_all_reproduces_stock(model, prompt, config=config)
 
 
 def test_keep_all_chat_reproduces_the_stock_chat(real):
