@@ -112,11 +112,28 @@ def policy_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def short_prompts_table(name: str) -> str:
+    """short_prompts.py: what pruning a short prompt saves and changes, by prompt length."""
+    lines = [
+        "| prompt tokens | prompts | first 16 tokens identical | TTFT keep-all (s) "
+        "| TTFT pruned (s) | saved (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in load(name)["rows"]:
+        lines.append(
+            f"| {r['prompt_tokens']} | {r['prompts']} | {r['identical']}/{r['prompts']} "
+            f"| {r['ttft_off_s']:.2f} | {r['ttft_pruned_s']:.2f} "
+            f"| {r['ttft_off_s'] - r['ttft_pruned_s']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     sections = {
         "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
         "accuracy per decode policy (eval)": lambda: eval_table("eval_1k_2k.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
+        "short prompts": lambda: short_prompts_table("short_prompts.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
         "calibration frontier": lambda: calibration_table("calibrate.json"),
     }

@@ -11,12 +11,12 @@ strategies at every candidate schedule, which is what the speed–accuracy plot 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.config import SELECTIONS, LazyConfig, baseline_variant
+from lazymlx.config import PRESETS, SELECTIONS, LazyConfig, baseline_variant
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.runner import Record, evaluate, summarize
 from lazymlx.evals.tasks import Case
@@ -43,7 +43,7 @@ def candidate_strategies(
 ) -> list[Strategy]:
     strategies = []
     for schedule in schedules:
-        lazy = LazyConfig(schedule=schedule)
+        lazy = replace(PRESETS["default"], schedule=schedule)  # decoded as the default is
         for selection in selections:
             config = lazy if selection == "attention" else baseline_variant(lazy, selection)
             strategies.append(Strategy(f"{selection}: {schedule_label(lazy)}", config))

@@ -34,6 +34,8 @@ class LazyConfig:
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
     revive_steps: how many decode steps of a call revive (None: every step); later steps decode
         like "sparse". The tokens an answer needs are picked in its first steps.
+    min_prompt: prompt steps (a prompt, a chat turn) of fewer tokens run whole: pruning them
+        saves little and changes everyday answers.
     selection: how pruning layers rank tokens, one of SELECTIONS.
     seed: for random selection, so a random-drop run can be repeated exactly.
     """
@@ -43,6 +45,7 @@ class LazyConfig:
     decode: str = "sparse"
     revive: int = 16
     revive_steps: int | None = 8
+    min_prompt: int = 0
     selection: str = "attention"
     seed: int = 0
 
@@ -57,6 +60,8 @@ class LazyConfig:
             raise LazymlxError(f"keep_first must be >= 0, got {self.keep_first}")
         if self.revive < 0:
             raise LazymlxError(f"revive must be >= 0, got {self.revive}")
+        if self.min_prompt < 0:
+            raise LazymlxError(f"min_prompt must be >= 0, got {self.min_prompt}")
         if self.revive_steps is not None and self.revive_steps < 0:
             raise LazymlxError(f"revive_steps must be >= 0 or None, got {self.revive_steps}")
         if self.decode not in DECODE_MODES:
@@ -97,6 +102,8 @@ class LazyConfig:
             return "keep all tokens"
         steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
+        if self.min_prompt:
+            sinks += f", prompts under {self.min_prompt} tokens whole"
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
         decode = self.decode
         if decode == "revive":
@@ -112,8 +119,12 @@ PRESETS: dict[str, LazyConfig] = {
     # right exactly where the baseline's were on all 10 calibration cases (5 tasks, 1k and 2k).
     # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
     # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
-    # "sparse" answered 5 (benchmarks/README.md, engine v2).
-    "default": LazyConfig(schedule=((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)), decode="revive"),
+    # "sparse" answered 5. Prompts under 256 tokens run whole: pruning them changed the first
+    # 16 generated tokens of 25 of 28 everyday and documentation prompts, to save 0.39 s at most
+    # (128-255 tokens, on average) on a 2-core CPU (benchmarks/results/short_prompts.json).
+    "default": LazyConfig(
+        schedule=((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)), decode="revive", min_prompt=256
+    ),
 }
 
 

@@ -42,7 +42,8 @@ class LazyModel(nn.Module):
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk = state, config, chunk
         self.remaining = prompt_length  # prompt tokens not yet seen
-        self.pending: list[mx.array] | None = [] if config.prunes else None
+        prunes = config.prunes and prompt_length >= config.min_prompt
+        self.pending: list[mx.array] | None = [] if prunes else None
         self.start = state.offset
         self.decoded = 0  # decode steps run with revival
         # (prompt token, layer) pairs the prompt step computed, read before any decode step
@@ -78,10 +79,13 @@ class LazyModel(nn.Module):
         return self.model(inputs, cache=state.layers)
 
     def reviving(self) -> bool:
-        config = self.config
+        """Whether this decode step revives: the policy says so and some token is pruned."""
+        config, layers = self.config, self.context.num_layers
         if config.decode != "revive" or not config.prunes:
             return False
-        return config.revive_steps is None or self.decoded < config.revive_steps
+        if config.revive_steps is not None and self.decoded >= config.revive_steps:
+            return False
+        return bool(self.context.aux.counts(layers)[:layers].any())
 
 
 @contextmanager

@@ -57,6 +57,7 @@ def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
         decode=LEGACY_DECODE.get(entry.get("decode"), entry.get("decode", "sparse")),
         revive=entry.get("revive", 16),
         revive_steps=entry.get("revive_steps", 8),
+        min_prompt=entry.get("min_prompt", 0),
         selection=entry.get("selection", "attention"),
         seed=entry.get("seed", 0),
     )

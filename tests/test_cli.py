@@ -65,17 +65,19 @@ def test_generate_json(tiny_model_dir: Path):
 
 def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
     fractions = {}
-    for preset in ("default", "off"):
+    # 40 and 150 repeats: under and over the default's 256-token min_prompt
+    for preset, repeats in (("default", 150), ("off", 150), ("default", 40)):
         result = runner.invoke(
             app,
-            ["generate", "-m", str(tiny_model_dir), "-p", "the cat " * 40, "--raw", "-n", "3"]
+            ["generate", "-m", str(tiny_model_dir), "-p", "the cat " * repeats, "--raw", "-n", "3"]
             + ["--json", "--lazy", preset],
         )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert data["lazy"] == preset
-        fractions[preset] = data["prefill_fraction"]
-    assert fractions["off"] == 1.0 and fractions["default"] < 0.9
+        fractions[preset, repeats] = data["prefill_fraction"]
+    assert fractions["off", 150] == 1.0 and fractions["default", 150] < 0.9
+    assert fractions["default", 40] == 1.0  # a short prompt runs whole
 
 
 def test_generate_applies_the_chat_template_unless_raw(tiny_model_dir: Path):

@@ -467,3 +467,27 @@ def test_ctrl_c_while_a_decode_step_is_built_waits_for_it(monkeypatch, config):
         )
     assert state.tokens == reference.tokens[: state.offset]  # the tokens fed: prompt, answer
     assert state.tokens[len(prompt) :] == expected[: state.offset - len(prompt)]
+
+
+def test_prompts_under_min_prompt_run_whole_and_match_keep_all():
+    model = random_model(num_layers=6)
+    config = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", min_prompt=100)
+    short, long = random_tokens(99), random_tokens(100)
+    (tokens, logprobs), (whole, whole_logprobs) = (
+        engine_greedy(model, short, 8, c) for c in (config, LazyConfig())
+    )
+    assert tokens == whole
+    assert all(mx.array_equal(a, b) for a, b in zip(logprobs, whole_logprobs, strict=True))
+    state = LazyState(model)
+    engine_greedy(model, long, 0, config, state)
+    assert (np.array(state.aux.depths()) < 6).any()  # at the threshold it prunes
+    turn = LazyState(model)  # a short turn over a pruned context runs whole
+    engine_greedy(model, long, 0, config, turn)
+    before = np.array(turn.aux.depths())
+    turn.record = []
+    engine_greedy(model, random_tokens(20, seed=1), 0, config, turn)
+    computed = {layer: [] for layer in range(6)}
+    for layer, positions in turn.record:
+        computed[layer] += positions
+    assert all(sorted(c) == list(range(100, 120)) for c in computed.values())
+    assert np.array_equal(np.array(turn.aux.depths())[:100], before)

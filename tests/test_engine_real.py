@@ -58,3 +58,23 @@ def test_default_preset_keeps_the_passkey_answer_with_half_the_work(real):
     stats = responses[-1].lazy
     assert stats.prefill_fraction < 0.6
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
+
+
+def test_everyday_prompts_under_the_default_give_the_keep_all_answer(real):
+    """Prompts under the default's min_prompt run whole, so short questions keep their answer."""
+    model, tokenizer = real
+    default = LazyConfig.preset("default")
+    for prompt in ("The capital of France is", "What is 2+2? The answer is"):
+        assert lazymlx.generate(
+            model, tokenizer, prompt, max_tokens=12, lazy=default
+        ) == lazymlx.generate(model, tokenizer, prompt, max_tokens=12)
+    transcripts = []
+    for lazy in (None, default):
+        session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=16)
+        transcripts.append(
+            [
+                "".join(r.text for r in session.send(message))
+                for message in ("What is the capital of France?", "And what is its population?")
+            ]
+        )
+    assert transcripts[0] == transcripts[1]

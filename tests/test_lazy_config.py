@@ -19,6 +19,7 @@ from lazymlx.errors import LazymlxError
         ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: sparse, revive"),
         ({"revive": -1}, "revive must be >= 0, got -1"),
         ({"revive_steps": -1}, "revive_steps must be >= 0 or None, got -1"),
+        ({"min_prompt": -1}, "min_prompt must be >= 0, got -1"),
         ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )
