@@ -2,7 +2,7 @@
 # Every number in benchmarks/README.md, in the order they were made (run from the repository root
 # after `make setup openblas model`; one job at a time: two cores, and parallel timings lie).
 # Takes about 1.5 hours on a 2-core Xeon with MLX's CPU backend; minutes on an M-series Mac.
-# Steps 2-4 were re-run for engine v2; step 1 (the schedule) was calibrated with engine v1, whose
+# Steps 2-5 are engine v2's; step 1 (the schedule) was calibrated with engine v1, whose
 # prompt step prunes exactly as v2's does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +35,13 @@ $lazymlx bench --prompt-len 2k --lazy default,sparse,off --gen-len 64 --repeats 
 $lazymlx bench --prompt-len 8k --lazy default,sparse,off --gen-len 64 \
   --output json > $results/bench_8k.json
 
-# 4. On an NVIDIA GPU machine (MLX's CUDA backend; no weights there, so random-weight shapes):
+# 4. What reviving costs per decode step, and what pruning short prompts saves and changes
+#    (the evidence behind `default`'s revive_steps and min_prompt).
+.venv/bin/python benchmarks/decode_policies.py --prompt-len 1024 --steps 40 --rounds 2 \
+  --output $results/decode_policies_1024.json
+.venv/bin/python benchmarks/short_prompts.py --output $results/short_prompts.json
+
+# 5. On an NVIDIA GPU machine (MLX's CUDA backend; no weights there, so random-weight shapes):
 #    stage the wheels here with ../shared/tools/gpu/prepare.sh, run .gpu1/setup.sh and
 #    .gpu2/setup.sh there, then
 #    PYTHONPATH=/tmp/site python3 benchmarks/gpu/llama_shapes.py --output $OUT/gpu_llama_shapes.json
