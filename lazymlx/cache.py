@@ -277,9 +277,6 @@ class LazyState(list):
     def aux_bytes(self) -> int:
         return self.aux.nbytes
 
-    def arrays(self) -> list[mx.array]:
-        return [a for entry in self for a in tree_flatten(entry.state) if isinstance(a, mx.array)]
-
     def check_memory(self, tokens: int) -> None:
         """Refuse a context whose weights, KV, Aux and attention scores can't fit in memory.
 
