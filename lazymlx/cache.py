@@ -280,7 +280,8 @@ class LazyState(list):
     def check_memory(self, tokens: int) -> None:
         """Refuse a context whose weights, KV, Aux and attention scores can't fit in memory.
 
-        Off Metal and CUDA, MLX's attention materializes one chunk's (heads × chunk × tokens) scores.
+        MLX's CPU attention materializes one chunk's (heads × chunk × tokens) scores; they are
+        counted on every backend, an upper bound where the fused kernels don't.
         """
         a = self.adapter
         weights = sum(p.nbytes for _, p in tree_flatten(a.model.parameters()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +50,11 @@ LEGACY_DECODE = {"full": "sparse", "lazy": "revive"}
 
 
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
-    return LazyConfig(
-        schedule=tuple(tuple(pair) for pair in entry.get("schedule", ())),
-        keep_first=entry.get("keep_first", 0),
-        # presets saved before engine v2 name its decode modes "full" and "lazy"
-        decode=LEGACY_DECODE.get(entry.get("decode"), entry.get("decode", "sparse")),
-        revive=entry.get("revive", 16),
-        revive_steps=entry.get("revive_steps", 8),
-        min_prompt=entry.get("min_prompt", 0),
-        selection=entry.get("selection", "attention"),
-        seed=entry.get("seed", 0),
-    )
+    """A saved config; fields it lacks take LazyConfig's defaults, so older files keep loading."""
+    values = {f.name: entry[f.name] for f in fields(LazyConfig) if f.name in entry}
+    if values.get("decode") in LEGACY_DECODE:  # presets saved before engine v2
+        values["decode"] = LEGACY_DECODE[values["decode"]]
+    return LazyConfig(**values)
 
 
 def preset_names(model: str) -> list[str]:
