@@ -34,21 +34,22 @@ def block_forward(
     first: int | None,
     mask: str | mx.array | None,
     last_only: bool = False,
+    observe: int = 1,
 ) -> tuple[mx.array, mx.array]:
     """Append the tokens' KV to the layer's cache, attend over every row, run the MLP.
 
-    Returns the block output and the last token's queries (for scoring). last_only: only the last
-    token's output is ever read (the deepest layer), but every token still needs its KV.
+    Returns the block output and the last `observe` tokens' queries (for scoring). last_only: only
+    the last token's output is ever read (the deepest layer), but every token still needs its KV.
     """
     attn = block.self_attn
     queries = append_kv(adapter, block, cache, x, positions, first)
-    last_query = queries[:, :, -1:]
+    observed = queries[:, :, -observe:]
     if last_only:
-        queries, x, mask = last_query, x[:, -1:], None
+        queries, x, mask = queries[:, :, -1:], x[:, -1:], None
     keys, values = cache.fetch()
     out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=attn.scale, mask=mask)
     h = x + attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
-    return h + block.mlp(block.post_attention_layernorm(h)), last_query
+    return h + block.mlp(block.post_attention_layernorm(h)), observed
 
 
 def append_kv(
@@ -66,12 +67,28 @@ def append_kv(
     return rope_at(attn.rope, queries, positions, first)
 
 
-def last_token_attention(query: mx.array, keys: mx.array, scale: float) -> mx.array:
-    """Attention probabilities of the last token over every row, averaged over heads (LazyLLM's
-    importance score). One explicit row per head: a 1×rows product, in fp32 even for half
-    models, since bf16 logits would reorder near-equal scores."""
-    _, heads, _, head_dim = query.shape
+def attention_scores(
+    queries: mx.array,
+    keys: mx.array,
+    scale: float,
+    mask: mx.array | None = None,
+    heads: str = "mean",
+) -> mx.array:
+    """How much attention each cache row gets from the given queries: the pruning score.
+
+    queries (1, heads, w, dim) are the last w tokens' (w = 1: LazyLLM's last-token rule); mask
+    (w, rows) says which rows each may see. Probabilities are averaged over the w queries and
+    reduced over heads by mean (the paper's) or max (a token one head needs survives). Explicit
+    products, since MLX's fused attention never returns weights, in fp32 even for half models,
+    since bf16 logits would reorder near-equal scores.
+    """
+    _, num_heads, window, head_dim = queries.shape
     kv_heads = keys.shape[1]
-    last = query[0, :, -1, :].reshape(kv_heads, heads // kv_heads, head_dim)
-    logits = (last.astype(mx.float32) * scale) @ keys[0].astype(mx.float32).swapaxes(-1, -2)
-    return mx.softmax(logits, axis=-1, precise=True).mean(axis=(0, 1))
+    grouped = queries[0].reshape(kv_heads, num_heads // kv_heads, window, head_dim)
+    logits = (grouped.astype(mx.float32) * scale) @ keys[0].astype(mx.float32).swapaxes(-1, -2)[
+        :, None
+    ]
+    if mask is not None:
+        logits = mx.where(mask, logits, -mx.inf)
+    probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)
+    return probs.max(axis=(0, 1)) if heads == "max" else probs.mean(axis=(0, 1))

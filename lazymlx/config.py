@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from lazymlx.errors import LazymlxError
 
@@ -15,10 +16,24 @@ from lazymlx.errors import LazymlxError
 # to the KV the prompt step left, nothing is revived. "revive": at each pruning layer the new token
 # brings back up to `revive` of the tokens that stopped there, from their Aux slots.
 DECODE_MODES = ("sparse", "revive")
-# How a pruning layer ranks tokens. "attention": the last token's attention at that layer (LazyLLM).
-# The paper's two baselines, run by the same engine at the same schedule: "static" ranks once, at
-# the step's first pruning layer, and reuses that order deeper; "random" drops tokens at random.
+# How a pruning layer ranks tokens. "attention": the attention the prompt's last tokens pay at that
+# layer (LazyLLM's rule with window=1). The paper's two baselines, run by the same engine at the
+# same schedule: "static" ranks once, at the step's first pruning layer, and reuses that order
+# deeper; "random" drops tokens at random.
 SELECTIONS = ("attention", "static", "random")
+# How the attention of the query heads becomes one score per token.
+HEAD_REDUCTIONS = ("mean", "max")
+
+
+class Keep(NamedTuple):
+    """What one pruning layer keeps of the tokens reaching it: ceil(ratio × n), at most budget."""
+
+    ratio: float = 1.0
+    budget: int | None = None
+
+    def count(self, present: int) -> int:
+        kept = math.ceil(self.ratio * present)
+        return kept if self.budget is None else min(kept, self.budget)
 
 
 @dataclass(frozen=True)
@@ -28,7 +43,18 @@ class LazyConfig:
     schedule: (depth fraction, keep ratio) pairs. At layer floor(depth × layers) the tokens present
         are ranked by the last token's head-averaged attention and the top ceil(ratio × n) go on.
         Ratios compound: (0.25, 0.5), (0.5, 0.5) leaves a quarter of the tokens after mid-depth.
+    budgets: (depth fraction, tokens) pairs: at that depth at most `tokens` of a prompt step's
+        tokens go on, whatever the ratios allow. Ratios prune the same share at every length; a
+        budget makes the saving grow with the prompt (FastKV, GemFilter), so long prompts get
+        the largest speedup while short ones are ruled by the ratios alone.
     keep_first: the first tokens (attention sinks) are never pruned.
+    keep_last: the step's last tokens (the question, the recent window) are never pruned; the
+        very last token always goes on.
+    window: tokens are scored by the attention the step's last `window` tokens pay them, averaged
+        (SnapKV's observation window); 1 is LazyLLM's last-token rule.
+    pool: a token scores the best of itself and `pool` neighbours either side, so the tokens
+        next to a chosen one (the rest of a number, of a sentence) go on with it.
+    heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
@@ -41,7 +67,12 @@ class LazyConfig:
     """
 
     schedule: tuple[tuple[float, float], ...] = ()
+    budgets: tuple[tuple[float, int], ...] = ()
     keep_first: int = 0
+    keep_last: int = 0
+    window: int = 1
+    pool: int = 0
+    heads: str = "mean"
     decode: str = "sparse"
     revive: int = 16
     revive_steps: int | None = 8
@@ -56,8 +87,21 @@ class LazyConfig:
                 raise LazymlxError(f"pruning depth must be in [0, 1), got {depth}")
             if not 0 < ratio <= 1:
                 raise LazymlxError(f"keep ratio must be in (0, 1], got {ratio}")
-        if self.keep_first < 0:
-            raise LazymlxError(f"keep_first must be >= 0, got {self.keep_first}")
+        budgets = tuple(sorted((float(depth), int(tokens)) for depth, tokens in self.budgets))
+        for depth, tokens in budgets:
+            if not 0 <= depth < 1:
+                raise LazymlxError(f"budget depth must be in [0, 1), got {depth}")
+            if tokens < 1:
+                raise LazymlxError(f"token budget must be >= 1, got {tokens}")
+        for name in ("keep_first", "keep_last", "pool"):
+            if getattr(self, name) < 0:
+                raise LazymlxError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.window < 1:
+            raise LazymlxError(f"window must be >= 1, got {self.window}")
+        if self.heads not in HEAD_REDUCTIONS:
+            raise LazymlxError(
+                f"unknown head reduction {self.heads!r}; choose one of: {', '.join(HEAD_REDUCTIONS)}"
+            )
         if self.revive < 0:
             raise LazymlxError(f"revive must be >= 0, got {self.revive}")
         if self.min_prompt < 0:
@@ -73,6 +117,7 @@ class LazyConfig:
                 f"unknown selection {self.selection!r}; choose one of: {', '.join(SELECTIONS)}"
             )
         object.__setattr__(self, "schedule", pairs)
+        object.__setattr__(self, "budgets", budgets)
 
     @classmethod
     def preset(cls, name: str) -> LazyConfig:
@@ -82,34 +127,46 @@ class LazyConfig:
 
     @property
     def prunes(self) -> bool:
-        return any(ratio < 1 for _, ratio in self.schedule)
+        return bool(self.budgets) or any(ratio < 1 for _, ratio in self.schedule)
 
-    def pruning_layers(self, num_layers: int) -> dict[int, float]:
-        """Layer index → keep ratio for a model with `num_layers` layers.
+    def pruning_layers(self, num_layers: int) -> dict[int, Keep]:
+        """Layer index → what it keeps, for a model with `num_layers` layers.
 
-        Two depths landing on the same layer compound; pruning at the last layer would select
-        tokens for no deeper layer, so it is dropped.
+        Two ratios landing on the same layer compound and two budgets take the smaller; pruning at
+        the last layer would select tokens for no deeper layer, so it is dropped.
         """
-        layers: dict[int, float] = {}
+        layers: dict[int, Keep] = {}
         for depth, ratio in self.schedule:
             layer = math.floor(depth * num_layers)
             if ratio < 1 and layer < num_layers - 1:
-                layers[layer] = layers.get(layer, 1.0) * ratio
+                keep = layers.get(layer, Keep())
+                layers[layer] = keep._replace(ratio=keep.ratio * ratio)
+        for depth, tokens in self.budgets:
+            layer = math.floor(depth * num_layers)
+            if layer < num_layers - 1:
+                keep = layers.get(layer, Keep())
+                budget = tokens if keep.budget is None else min(keep.budget, tokens)
+                layers[layer] = keep._replace(budget=budget)
         return layers
 
     def describe(self) -> str:
         if not self.prunes:
             return "keep all tokens"
-        steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
+        steps = [f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule]
+        steps += [f"at most {tokens} at {depth:.0%}" for depth, tokens in self.budgets]
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
+        sinks += f", last {self.keep_last} kept" if self.keep_last else ""
         if self.min_prompt:
             sinks += f", prompts under {self.min_prompt} tokens whole"
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
+        if self.selection != "random" and (self.window > 1 or self.pool or self.heads != "mean"):
+            ranked += f", scored by the last {self.window} tokens ({self.heads} over heads"
+            ranked += f", pooled ±{self.pool})" if self.pool else ")"
         decode = self.decode
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
-        return f"{steps}{sinks}{ranked}, decode {decode}"
+        return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}"
 
 
 PRESETS: dict[str, LazyConfig] = {

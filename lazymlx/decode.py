@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx.blocks import block_forward, last_token_attention
+from lazymlx.blocks import attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
 from lazymlx.prefill import prompt_step
@@ -143,7 +143,9 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
             h, positions = h[:, -1:], positions[-1:]
             continue
         rows = cache.row_positions()
-        scores = last_token_attention(query, cache.fetch()[0], block.self_attn.scale)
+        scores = attention_scores(
+            query, cache.fetch()[0], block.self_attn.scale, heads=config.heads
+        )
         waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
         picked = rows[picks]

@@ -5,19 +5,17 @@ the step goes layer by layer; inside a layer the tokens go in chunks (mlx-lm's p
 each evaluated before the next, so activations and attention scores never outgrow stock mlx-lm's.
 Every row a chunk appends comes after every row already in the layer's cache, so MLX's "causal"
 mask is exact and no mask is ever built. At a pruning layer the step's tokens are ranked by the
-last token's head-averaged attention on the device; the dropped ones save their hidden state to
-their Aux slot and stop there (their depth). The selection never leaves the device: the step has
-no host sync but the per-chunk evaluations.
+attention the step's last tokens pay them, on the device; the dropped ones save their hidden state
+to their Aux slot and stop there (their depth). The selection never leaves the device: the step
+has no host sync but the per-chunk evaluations.
 """
 
 from __future__ import annotations
 
-import math
-
 import mlx.core as mx
 
-from lazymlx.blocks import append_kv, block_forward, last_token_attention
-from lazymlx.cache import LazyState
+from lazymlx.blocks import append_kv, attention_scores, block_forward
+from lazymlx.cache import LazyKVCache, LazyState
 from lazymlx.config import LazyConfig
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
@@ -26,26 +24,32 @@ PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 class Ranker:
     """Scores this step's tokens at a pruning layer; higher scores go deeper.
 
-    "attention" is LazyLLM's: the last token's head-averaged attention at this very layer.
-    "static" scores once, at the step's first pruning layer, and ranks deeper layers by those same
-    scores (the paper's one-shot pruning); "random" draws scores from a key seeded by the config's
-    seed, the step's start and the layer, so a run repeats exactly.
+    "attention" is LazyLLM's rule, widened by the config: the attention the step's last `window`
+    tokens pay at this very layer, reduced over heads, each token then scoring the best of its
+    `pool` neighbours either side. "static" scores once, at the step's first pruning layer, and
+    ranks deeper layers by those same scores (the paper's one-shot pruning); "random" draws scores
+    from a key seeded by the config's seed, the step's start and the layer, so a run repeats.
     """
 
     def __init__(self, config: LazyConfig, start: int) -> None:
-        self.selection, self.seed, self.start = config.selection, config.seed, start
+        self.config, self.start = config, start
         self.fixed: mx.array | None = None  # static: the first pruning layer's scores
 
-    def scores(self, layer: int, query: mx.array, keys: mx.array, scale: float, count: int):
-        if self.selection == "random":
-            key = mx.random.key(self.seed * 1_000_003 + self.start * 101 + layer)
+    def scores(self, layer: int, observed: mx.array, cache: LazyKVCache, scale: float, count: int):
+        config = self.config
+        if config.selection == "random":
+            key = mx.random.key(config.seed * 1_000_003 + self.start * 101 + layer)
             return mx.random.uniform(shape=(count,), key=key)
-        if self.fixed is not None:
-            return self.fixed
-        scores = last_token_attention(query, keys, scale)[-count:]  # this step's rows are last
-        if self.selection == "static":
+        if self.fixed is None:
+            rows = cache.row_positions()
+            seen = rows[-observed.shape[2] :]  # the observing tokens are the layer's last rows
+            mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
+            scores = attention_scores(observed, cache.fetch()[0], scale, mask, config.heads)
+            scores = scores[-count:]  # this step's rows are last
+            if config.selection != "static":
+                return _pooled(scores, config.pool)
             self.fixed = scores
-        return scores
+        return _pooled(self.fixed, config.pool)
 
     def keep(self, kept: mx.array) -> None:
         if self.fixed is not None:
@@ -77,25 +81,28 @@ def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) 
     aux.depth_counts = None  # pruning changes depths on the device
     keep = config.pruning_layers(num_layers)
     ranker = Ranker(config, start)
-    forced = _forced(start, end, config.keep_first)
+    sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first carried
     h = adapter.embed(tokens[None])
     positions = mx.arange(start, end, dtype=mx.int32)  # of the tokens `h` carries, ascending
     first: int | None = start  # their first position while they are one run
     for layer, block in enumerate(adapter.layers):
         cache = state[layer]
         deepest = layer == num_layers - 1
-        h, query = _layer(state, layer, block, h, positions, first, chunk, deepest)
+        h, observed = _layer(
+            state, layer, block, h, positions, first, chunk, deepest, config.window
+        )
         cache.offset = end
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         count = positions.size
-        ratio = keep.get(layer)
-        if deepest or not ratio or math.ceil(ratio * count) >= count:
+        recent = max(1, config.keep_last)
+        k = max(keep[layer].count(count), min(count, sinks + recent)) if layer in keep else count
+        if deepest or k >= count:
             continue
-        scores = ranker.scores(layer, query, cache.fetch()[0], block.self_attn.scale, count)
-        sinks = (positions < config.keep_first) | (mx.arange(count) == count - 1)
-        order = mx.argsort(-mx.where(sinks, mx.inf, scores.astype(mx.float32)))
-        k = max(math.ceil(ratio * count), forced)
+        scores = ranker.scores(layer, observed, cache, block.self_attn.scale, count)
+        index = mx.arange(count)
+        forced = (index < sinks) | (index >= count - recent)
+        order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
         aux.make_slots(adapter.hidden_size, state.dtype)
         aux.hidden[positions[dropped]] = h[0, dropped]
@@ -106,10 +113,10 @@ def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) 
     return adapter.logits(h[:, -1:])
 
 
-def _layer(state, layer, block, h, positions, first, chunk, deepest):
-    """One layer over the carried tokens in chunks; returns their outputs and the last query."""
+def _layer(state, layer, block, h, positions, first, chunk, deepest, window):
+    """One layer over the carried tokens in chunks; their outputs and the last `window` queries."""
     adapter, cache = state.adapter, state[layer]
-    count, outputs, query = positions.size, [], None
+    count, outputs, observed = positions.size, [], None
     for begin in range(0, count, chunk):
         x, at = h[:, begin : begin + chunk], positions[begin : begin + chunk]
         run = None if first is None else first + begin
@@ -118,15 +125,19 @@ def _layer(state, layer, block, h, positions, first, chunk, deepest):
             append_kv(adapter, block, cache, x, at, run)
             mx.eval(cache.keys, cache.values, cache.positions)
             continue
-        out, query = block_forward(
-            adapter, block, cache, x, at, run, "causal" if at.size > 1 else None, deepest
-        )
-        mx.eval(out, cache.keys, cache.values, cache.positions)
+        mask = "causal" if at.size > 1 else None
+        out, queries = block_forward(adapter, block, cache, x, at, run, mask, deepest, window)
+        # a short last chunk observes with the previous chunk's last queries too
+        observed = queries if observed is None else mx.concatenate([observed, queries], axis=2)
+        observed = observed[:, :, -window:]
+        mx.eval(out, observed, cache.keys, cache.values, cache.positions)
         outputs.append(out)
-    return (outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)), query
+    return (outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)), observed
 
 
-def _forced(start: int, end: int, keep_first: int) -> int:
-    """Tokens of the step that are never pruned: the sinks among them and the last one."""
-    sinks = max(0, min(keep_first, end) - start)
-    return sinks + (end - 1 >= keep_first)
+def _pooled(scores: mx.array, pool: int) -> mx.array:
+    """Each score raised to the best within `pool` places either side (a max filter)."""
+    if not pool:
+        return scores
+    padded = mx.pad(scores, (pool, pool), constant_values=-mx.inf)
+    return mx.max(mx.stack([padded[i : i + scores.size] for i in range(2 * pool + 1)]), axis=0)

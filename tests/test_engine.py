@@ -4,7 +4,6 @@ survives Ctrl-C, trimming, saving and loading."""
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 
@@ -20,7 +19,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 import lazymlx
 from lazymlx import LazyConfig, LazyState, blocks, prefill
 from lazymlx.cache import LazyKVCache
-from lazymlx.config import SELECTIONS
+from lazymlx.config import HEAD_REDUCTIONS, SELECTIONS
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
@@ -201,9 +200,23 @@ PROPERTY_MODEL = None
     turns=st.integers(1, 2),
     selection=st.sampled_from(SELECTIONS),
     chunk=st.sampled_from([7, 2048]),
+    budgets=st.lists(st.tuples(st.floats(0, 0.99), st.integers(1, 60)), max_size=2),
+    scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
+    heads=st.sampled_from(HEAD_REDUCTIONS),
 )
 def test_random_schedules_keep_every_invariant(
-    schedule, prompt_len, steps, decode, revive, keep_first, turns, selection, chunk
+    schedule,
+    prompt_len,
+    steps,
+    decode,
+    revive,
+    keep_first,
+    turns,
+    selection,
+    chunk,
+    budgets,
+    scoring,
+    heads,
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
@@ -213,6 +226,11 @@ def test_random_schedules_keep_every_invariant(
         decode=decode,
         revive=revive,
         selection=selection,
+        budgets=tuple(budgets),
+        window=scoring[0],
+        pool=scoring[1],
+        keep_last=scoring[2],
+        heads=heads,
     )
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL)
@@ -226,13 +244,15 @@ def test_random_schedules_keep_every_invariant(
         assert (np.array(state.aux.depths()) == 5).all()
         return
     first = [positions for _, positions in state.record[:5]]  # the lazy prompt step, layer-major
-    forced = min(keep_first, prompt_len - 1) + 1  # the sinks and the last token
+    forced = min(keep_first, prompt_len) + max(1, config.keep_last)  # sinks, the recent window
+    recent = list(range(max(0, prompt_len - config.keep_last), prompt_len))
     for layer, computed in enumerate(first):
         assert computed[-1] == prompt_len - 1  # the last token goes through every layer
+        assert set(recent) <= set(computed)  # so does the recent window
         assert np.all(np.diff(computed) > 0)
         if layer + 1 < 5:
             n = len(computed)
-            kept = max(math.ceil(keep[layer] * n), forced) if layer in keep else n
+            kept = max(keep[layer].count(n), forced) if layer in keep else n
             assert len(first[layer + 1]) == min(n, kept)
     depth = np.array(state.aux.depths())
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
@@ -324,14 +344,14 @@ def test_prefill_chunks_change_nothing(config):
 def scored_calls(monkeypatch) -> list[np.ndarray]:
     """Records the attention scores each pruning layer computes."""
     calls = []
-    original = prefill.last_token_attention
+    original = prefill.attention_scores
 
-    def recording(query, keys, scale):
-        scores = original(query, keys, scale)
+    def recording(*args, **kwargs):
+        scores = original(*args, **kwargs)
         calls.append(np.array(scores))
         return scores
 
-    monkeypatch.setattr(prefill, "last_token_attention", recording)
+    monkeypatch.setattr(prefill, "attention_scores", recording)
     return calls
 
 

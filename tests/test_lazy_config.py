@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lazymlx import LazyConfig
+from lazymlx.config import Keep
 from lazymlx.errors import LazymlxError
 
 
@@ -20,6 +21,12 @@ from lazymlx.errors import LazymlxError
         ({"revive": -1}, "revive must be >= 0, got -1"),
         ({"revive_steps": -1}, "revive_steps must be >= 0 or None, got -1"),
         ({"min_prompt": -1}, "min_prompt must be >= 0, got -1"),
+        ({"budgets": ((0.5, 0),)}, "token budget must be >= 1, got 0"),
+        ({"budgets": ((1.2, 10),)}, r"budget depth must be in \[0, 1\), got 1.2"),
+        ({"window": 0}, "window must be >= 1, got 0"),
+        ({"pool": -1}, "pool must be >= 0, got -1"),
+        ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
+        ({"heads": "sum"}, "unknown head reduction 'sum'; choose one of: mean, max"),
         ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )
@@ -42,8 +49,19 @@ def test_presets():
 def test_depth_fractions_map_onto_any_layer_count():
     config = LazyConfig(schedule=((0.8, 0.5), (0.27, 0.5), (0.54, 0.5)))
     assert config.schedule == ((0.27, 0.5), (0.54, 0.5), (0.8, 0.5))  # sorted by depth
-    assert config.pruning_layers(30) == {8: 0.5, 16: 0.5, 24: 0.5}
-    assert config.pruning_layers(32) == {8: 0.5, 17: 0.5, 25: 0.5}
+    half = Keep(ratio=0.5)
+    assert config.pruning_layers(30) == {8: half, 16: half, 24: half}
+    assert config.pruning_layers(32) == {8: half, 17: half, 25: half}
     # two depths on one layer compound; pruning after the last layer would select for nothing
-    assert config.pruning_layers(2) == {0: 0.5}
+    assert config.pruning_layers(2) == {0: half}
     assert LazyConfig(schedule=((0.5, 1.0),)).pruning_layers(30) == {}
+
+
+def test_budgets_cap_the_kept_tokens_so_the_saving_grows_with_length():
+    config = LazyConfig(schedule=((0.3, 0.5),), budgets=((0.3, 1000), (0.6, 300), (0.6, 200)))
+    assert config.prunes and LazyConfig(budgets=((0.5, 64),)).prunes
+    layers = config.pruning_layers(10)
+    assert layers == {3: Keep(0.5, 1000), 6: Keep(1.0, 200)}  # two budgets on a layer: the least
+    assert [layers[3].count(n) for n in (100, 2000, 8000)] == [50, 1000, 1000]
+    assert layers[6].count(150) == 150 and layers[6].count(1000) == 200
+    assert "at most 1000 at 30%" in config.describe()

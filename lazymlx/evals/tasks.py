@@ -11,6 +11,9 @@ exactly once. The tasks follow the long-context suites the paper's claims rest o
 - kv: a JSON object of UUID → UUID pairs, ask for one key's value (lost-in-the-middle style).
 - vartrack: RULER's variable tracking: two chains of VAR assignments, ask for the value at the
   end of one chain (the other chain holds a distractor value).
+- docneedle: the needle task in real English: a special magic number among the paragraphs of
+  Python's language reference (realtext.py).
+- docfact: a person's locker code among the paragraphs of standard-library docstrings.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.prose import sentences
+from lazymlx.evals.prose import NAMES, sentences
+from lazymlx.evals.realtext import docstring_paragraphs, reference_paragraphs
 from lazymlx.prompts import FILLER
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -117,6 +121,46 @@ def needle(rng: random.Random, seed: int) -> _Spec:
         ),
         gold=number,
         max_tokens=10,
+        depth=depth,
+    )
+
+
+def _shuffled(paragraphs: tuple[str, ...], seed: int) -> Callable[[int], list[str]]:
+    """The first n of a seeded shuffle of `paragraphs`, cycling if n outruns them."""
+    order = list(paragraphs)
+    random.Random(seed).shuffle(order)
+    return lambda n: [order[i % len(order)] for i in range(n)]
+
+
+def docneedle(rng: random.Random, seed: int) -> _Spec:
+    number, city = _number(rng, 7), rng.choice(("Lisbon", "Oslo", "Quito", "Hanoi", "Tunis"))
+    depth = DEPTHS[seed % len(DEPTHS)]
+    return _Spec(
+        units=_shuffled(reference_paragraphs(), rng.randrange(2**32)),
+        needles=[(depth, f"The special magic number for {city} is {number}.")],
+        head="Read the documentation below; a special magic number is hidden in it.\n\n",
+        joiner="\n\n",
+        question=(
+            f"\n\nWhat is the special magic number for {city}? "
+            f"The special magic number for {city} is"
+        ),
+        gold=number,
+        max_tokens=10,
+        depth=depth,
+    )
+
+
+def docfact(rng: random.Random, seed: int) -> _Spec:
+    code, name = _number(rng, 5), rng.choice(NAMES)
+    depth = DEPTHS[seed % len(DEPTHS)]
+    return _Spec(
+        units=_shuffled(docstring_paragraphs(), rng.randrange(2**32)),
+        needles=[(depth, f"{name}'s locker code is {code}. {name} wrote it down here.")],
+        head="These are notes about Python's standard library. A locker code is hidden in them.\n\n",
+        joiner="\n\n",
+        question=f"\n\nWhat is {name}'s locker code? {name}'s locker code is",
+        gold=code,
+        max_tokens=8,
         depth=depth,
     )
 
@@ -215,6 +259,8 @@ TASKS: dict[str, Callable[[random.Random, int], _Spec]] = {
     "multikey": multikey,
     "kv": kv,
     "vartrack": vartrack,
+    "docneedle": docneedle,
+    "docfact": docfact,
 }
 
 
