@@ -1,7 +1,8 @@
 """lazymlx: on-device LLM inference on MLX, with LazyLLM token pruning for a faster first token.
 
-The public API is `load`, `generate`, `stream_generate`, `LazyConfig` (the pruning schedule) and
-`LazyState` (the engine's context, kept across chat turns). They are imported on first use so that
+The public API is `load`, `generate`, `stream_generate`, `LazyConfig` (the pruning schedule),
+`LazyState` (the engine's context, kept across chat turns) and `LLM` (a model served to an app's
+threads, one generation at a time, each a cancellable `Stream`). They are imported on first use so that
 `import lazymlx` (and `lazymlx --help`) stays fast and so the fast BLAS is bound before MLX loads.
 """
 
@@ -20,7 +21,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["load", "generate", "stream_generate", "LazyConfig", "LazyState"]
+__all__ = ["load", "generate", "stream_generate", "LazyConfig", "LazyState", "LLM", "Stream"]
 
 _PUBLIC = {
     "load": "lazymlx.models.loading",
@@ -28,12 +29,15 @@ _PUBLIC = {
     "stream_generate": "lazymlx.generation",
     "LazyConfig": "lazymlx.config",
     "LazyState": "lazymlx.cache",
+    "LLM": "lazymlx.llm",
+    "Stream": "lazymlx.llm",
 }
 
 if TYPE_CHECKING:
     from lazymlx.cache import LazyState
     from lazymlx.config import LazyConfig
     from lazymlx.generation import generate, stream_generate
+    from lazymlx.llm import LLM, Stream
     from lazymlx.models.loading import load
 
 

@@ -300,16 +300,24 @@ class LazyState(list):
 
     def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
         """Write the context in mlx-lm's prompt-cache format, atomically."""
-        path = Path(path)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".safetensors", delete=False) as f:
-            staged = Path(f.name)
-        try:
-            mlx_lm_cache.save_prompt_cache(str(staged), list(self), metadata)
-            os.replace(staged, path)
-        finally:
-            staged.unlink(missing_ok=True)
+        save_prompt_cache_atomic(path, list(self), metadata)
 
     @classmethod
     def load(cls, path: str | Path, model: nn.Module) -> tuple[LazyState, dict[str, str]]:
         entries, metadata = mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True)
         return cls(model, entries), metadata
+
+
+def save_prompt_cache_atomic(
+    path: str | Path, entries: list[Any], metadata: dict[str, str] | None = None
+) -> None:
+    """mlx-lm's save_prompt_cache, written beside `path` and renamed over it: an interrupted save
+    leaves the old file (or none), never half of one."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".safetensors", delete=False) as f:
+        staged = Path(f.name)
+    try:
+        mlx_lm_cache.save_prompt_cache(str(staged), entries, metadata)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)

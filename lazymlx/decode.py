@@ -28,7 +28,7 @@ import mlx.nn as nn
 from lazymlx.blocks import attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
-from lazymlx.prefill import prompt_step
+from lazymlx.prefill import Progress, prompt_step
 
 
 class LazyModel(nn.Module):
@@ -36,11 +36,17 @@ class LazyModel(nn.Module):
     tokens; mlx-lm passes `state` back as the cache, so it is used directly."""
 
     def __init__(
-        self, model: nn.Module, state: LazyState, config: LazyConfig, prompt_length: int, chunk: int
+        self,
+        model: nn.Module,
+        state: LazyState,
+        config: LazyConfig,
+        prompt_length: int,
+        chunk: int,
+        progress: Progress | None = None,
     ) -> None:
         super().__init__()
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
-        self.context, self.config, self.chunk = state, config, chunk
+        self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
         self.remaining = prompt_length  # prompt tokens not yet seen
         prunes = config.prunes and prompt_length >= config.min_prompt
         self.pending: list[mx.array] | None = [] if prunes else None
@@ -58,7 +64,8 @@ class LazyModel(nn.Module):
             self.pending.append(inputs[0])
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
-            logits = prompt_step(state, mx.concatenate(self.pending), self.config, self.chunk)
+            prompt = mx.concatenate(self.pending)
+            logits = prompt_step(state, prompt, self.config, self.chunk, self.progress)
             self.prompt_pairs = state.pairs(self.start)
             return logits
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
@@ -66,6 +73,11 @@ class LazyModel(nn.Module):
                 self.decoded += 1
                 return revive_step(state, inputs, self.config)
             return self._forward(inputs)
+
+    @property
+    def prunes_prompt(self) -> bool:
+        """Whether the prompt goes through the lazy prompt step (else the model's own forward)."""
+        return self.pending is not None
 
     def _forward(self, inputs: mx.array) -> mx.array:
         """The model's own forward pass over the lazy context (sparse decode, unpruned prompts)."""

@@ -4,10 +4,17 @@ Both paths are mlx-lm's stream_generate: the lazy one hands it the model wrapped
 whose prompt call is the lazy prompt step) and the lazy context as its prompt cache, so sampling,
 logits processors, pipelining and GenerationResponse are mlx-lm's. Both time the first token the
 same way.
+
+Safe from any thread: one generation runs at a time in a process (a call holds GENERATION_LOCK
+from its first token to its last, or until the caller stops iterating), and a call from a thread
+other than the main one runs on the long-lived generation thread (lazymlx/worker.py), since MLX
+aborts the process at exit when a thread that evaluated arrays has ended.
 """
 
 from __future__ import annotations
 
+import inspect
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -15,7 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.generate import GenerationResponse
+from mlx_lm.generate import GenerationResponse, generate_step
 from mlx_lm.generate import stream_generate as mlx_lm_stream_generate
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -25,8 +32,12 @@ from lazymlx.config import LazyConfig
 from lazymlx.decode import LazyModel
 from lazymlx.errors import LazymlxError
 from lazymlx.prefill import PREFILL_CHUNK
+from lazymlx.worker import GENERATION_THREAD
 
 Prompt = str | Sequence[int] | mx.array
+GENERATION_LOCK = threading.RLock()
+# what mlx-lm's generate_step takes besides the prompt, model and sampling we build ourselves
+STEP_OPTIONS = frozenset(inspect.signature(generate_step).parameters) - {"prompt", "model"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ class Response(GenerationResponse):
 def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
     """Tokens of a raw-text or pre-tokenized prompt (no chat template: that is the caller's choice)."""
     if isinstance(prompt, str):
+        check_text(prompt)
         bos = tokenizer.bos_token
         tokens = tokenizer.encode(
             prompt, add_special_tokens=bos is None or not prompt.startswith(bos)
@@ -83,6 +95,29 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
     if tokens.size == 0:
         raise LazymlxError("the prompt is empty; give at least one token")
     return tokens
+
+
+def check_text(text: str) -> None:
+    """Refuse text that is not valid Unicode: bytes that were not UTF-8 reach Python as lone
+    surrogates (a terminal in another encoding, `-p $'\\xff'`), which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        byte = f"0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else repr(bad)
+        raise LazymlxError(
+            f"the text is not valid UTF-8 (byte {byte} at character {error.start}); "
+            "send UTF-8 text (check the terminal's or file's encoding)"
+        ) from None
+
+
+def resolve_lazy(lazy: LazyConfig | str | None) -> LazyConfig | None:
+    """lazy= as a config, a preset name ('off' is stock mlx-lm), or None (stock mlx-lm)."""
+    if lazy is None or isinstance(lazy, LazyConfig):
+        return lazy
+    if isinstance(lazy, str):
+        return None if lazy == "off" else LazyConfig.preset(lazy)
+    raise LazymlxError(f"lazy= takes a LazyConfig or a preset name, got {type(lazy).__name__}")
 
 
 def cached_length(cache: list[Any] | None) -> int:
@@ -118,24 +153,49 @@ def stream_generate(
     tokenizer: TokenizerWrapper,
     prompt: Prompt,
     max_tokens: int = 256,
+    **kwargs: Any,
+) -> Iterator[Response]:
+    """Yield a Response per generated token; the last one has `finish_reason` set.
+
+    Keyword arguments: temp, top_p, top_k, min_p, repetition_penalty (sampling); lazy: None (or
+    "off") runs stock mlx-lm, a LazyConfig or a preset name runs the lazy prompt step and then
+    mlx-lm's own decode loop over the lazy context (lazymlx/decode.py); prompt_cache carries
+    context between calls (an mlx-lm cache list on the stock path, a LazyState on the lazy one);
+    the rest (prefill_step_size, prompt_progress_callback, ...) go to mlx-lm's generate_step.
+    """
+    here = threading.current_thread() is threading.main_thread()
+    if here or GENERATION_THREAD.is_current():
+        yield from _stream_generate(model, tokenizer, prompt, max_tokens, **kwargs)
+    else:
+        yield from GENERATION_THREAD.relay(
+            lambda: _stream_generate(model, tokenizer, prompt, max_tokens, **kwargs)
+        )
+
+
+def _stream_generate(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    prompt: Prompt,
+    max_tokens: int = 256,
     *,
     temp: float = 0.0,
     top_p: float = 1.0,
     top_k: int = 0,
     min_p: float = 0.0,
     repetition_penalty: float | None = None,
-    lazy: LazyConfig | None = None,
+    lazy: LazyConfig | str | None = None,
     **kwargs: Any,
 ) -> Iterator[Response]:
-    """Yield a Response per generated token; the last one has `finish_reason` set.
-
-    lazy: None runs stock mlx-lm; a LazyConfig runs the lazy prompt step and then mlx-lm's own
-    decode loop over the lazy context (lazymlx/decode.py). `prompt_cache` carries context between
-    calls: an mlx-lm cache list on the stock path, a LazyState on the lazy one. Other keyword
-    arguments (prefill_step_size, ...) go to mlx-lm's generate_step.
-    """
     if max_tokens < 1:
         raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+    unknown = sorted(set(kwargs) - STEP_OPTIONS)
+    if unknown:
+        raise LazymlxError(
+            f"unknown keyword argument{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+            f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, lazy and "
+            f"mlx-lm's generate_step options: {', '.join(sorted(STEP_OPTIONS))}"
+        )
+    lazy = resolve_lazy(lazy)
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
@@ -154,20 +214,48 @@ def stream_generate(
         state.check_memory(tokens.size + state.offset + max_tokens)
         kwargs["prompt_cache"] = state
         chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
-        model = LazyModel(model, state, lazy, tokens.size, chunk)
-    mx.reset_peak_memory()
-    start = time.perf_counter()
-    ttft, stats = None, None
-    for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
-        if ttft is None:
-            ttft = time.perf_counter() - start
-        if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
-            stats = LazyStats.of(model, tokens.size)
-        yield Response(**vars(response), ttft_s=ttft, lazy=stats)
+        progress = kwargs.get("prompt_progress_callback")
+        model = LazyModel(model, state, lazy, tokens.size, chunk, progress)
+        if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
+            kwargs["prompt_progress_callback"] = None
+    with GENERATION_LOCK:
+        try:
+            mx.reset_peak_memory()
+            start = time.perf_counter()
+            ttft, stats = None, None
+            for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
+                    stats = LazyStats.of(model, tokens.size)
+                yield Response(**vars(response), ttft_s=ttft, lazy=stats)
+        finally:
+            mx.synchronize()  # a caller that stops early leaves a decode step in flight
 
 
-def generate(model: nn.Module, tokenizer: TokenizerWrapper, prompt: Prompt, **kwargs: Any) -> str:
-    """The whole generated text; takes the same arguments as stream_generate."""
-    return "".join(
-        response.text for response in stream_generate(model, tokenizer, prompt, **kwargs)
-    )
+def generate(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    prompt: Prompt,
+    verbose: bool = False,
+    **kwargs: Any,
+) -> str:
+    """The whole generated text; takes the same arguments as stream_generate.
+
+    verbose: as mlx-lm's generate, print the text as it comes, then the prompt and generation
+    speeds and the peak memory, in mlx-lm's words.
+    """
+    pieces, last = [], None
+    for last in stream_generate(model, tokenizer, prompt, **kwargs):
+        pieces.append(last.text)
+        if verbose:
+            print(last.text, end="", flush=True)
+    if verbose and last is not None:
+        print()
+        print("=" * 10)
+        print(f"Prompt: {last.prompt_tokens} tokens, {last.prompt_tps:.3f} tokens-per-sec")
+        print(
+            f"Generation: {last.generation_tokens} tokens, {last.generation_tps:.3f} tokens-per-sec"
+        )
+        print(f"Peak memory: {last.peak_memory:.3f} GB")
+    return "".join(pieces)

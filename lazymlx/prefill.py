@@ -12,6 +12,8 @@ has no host sync but the per-chunk evaluations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 
 from lazymlx.blocks import append_kv, attention_scores, block_forward
@@ -56,16 +58,26 @@ class Ranker:
             self.fixed = self.fixed[kept]
 
 
+Progress = Callable[[int, int], None]
+
+
 def prompt_step(
-    state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int = PREFILL_CHUNK
+    state: LazyState,
+    tokens: mx.array,
+    config: LazyConfig,
+    chunk: int = PREFILL_CHUNK,
+    progress: Progress | None = None,
 ) -> mx.array:
     """Run `tokens` over the context, pruning by the config; the last token's logits (1, 1, vocab).
 
-    An interrupted step (Ctrl-C in a long prefill) leaves the context as it was before it.
+    progress(done, total) is called after each layer, `done` being the share of the step's tokens
+    whose layers are done (layer-major, so it climbs by a layer's worth); it may raise to cancel.
+    An interrupted step (Ctrl-C in a long prefill, a cancelled request) leaves the context as it
+    was before it.
     """
     start, layers_before = state.offset, [cache.rows for cache in state.layers]
     try:
-        return _layers(state, tokens, config, chunk)
+        return _layers(state, tokens, config, chunk, progress)
     except BaseException:
         for cache, rows in zip(state.layers, layers_before, strict=True):
             cache.rows, cache.offset = rows, start
@@ -73,7 +85,7 @@ def prompt_step(
         raise
 
 
-def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) -> mx.array:
+def _layers(state, tokens, config, chunk, progress) -> mx.array:
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
@@ -94,6 +106,8 @@ def _layers(state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int) 
         cache.offset = end
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
+        if progress is not None:
+            progress(tokens.size * (layer + 1) // num_layers, tokens.size)
         count = positions.size
         recent = max(1, config.keep_last)
         k = max(keep[layer].count(count), min(count, sinks + recent)) if layer in keep else count

@@ -9,17 +9,16 @@ config the context is a LazyState, so tokens pruned in earlier turns can be revi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
-from mlx_lm.utils import common_prefix_len
 
-from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
+from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response, cached_length, stream_generate
+from lazymlx.generation import Response, check_text, stream_generate
 
 
 class ChatSession:
@@ -43,24 +42,23 @@ class ChatSession:
         self.messages: list[dict[str, str]] = []
         if self.system:
             self.messages.append({"role": "system", "content": self.system})
-        self.cache: LazyState | list[Any] = (
-            LazyState(self.model) if self.lazy else make_prompt_cache(self.model)
-        )
-        self.cached_tokens: list[int] = []  # the tokens whose keys/values self.cache holds
+        self.context = Context(new_cache(self.model, self.lazy))
 
-    def _tokens_to_feed(self) -> list[int]:
-        tokens = list(self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
-        offset = cached_length(self.cache)
-        # keep at least one token to feed: the model must see the last prompt token to answer
-        keep = min(common_prefix_len(self.cached_tokens[:offset], tokens), len(tokens) - 1)
-        trim_prompt_cache(self.cache, offset - keep)
-        self.cached_tokens = tokens
-        return tokens[keep:]
+    def save(self, path: str | Path, model_name: str, preset: str) -> None:
+        """Save the conversation (its context and messages) to a context file, atomically."""
+        save_context(path, self.context, model_name, preset, messages=self.messages)
+
+    def load(self, path: str | Path, model_name: str) -> None:
+        """Continue a conversation saved by `save`; nothing changes if the file is refused."""
+        context, extra = load_context(path, self.model, model_name, self.lazy)
+        self.context, self.messages = context, extra.get("messages", [])
 
     def send(self, text: str) -> Iterator[Response]:
         """Stream the reply to `text`; the reply joins the history even when the caller stops early."""
+        check_text(text)
         self.messages.append({"role": "user", "content": text})
-        new_tokens = self._tokens_to_feed()
+        tokens = list(self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
+        new_tokens = tokens[self.context.reuse(tokens) :]
         reply: list[str] = []
         generated: list[int] = []
         try:
@@ -68,7 +66,7 @@ class ChatSession:
                 self.model,
                 self.tokenizer,
                 new_tokens,
-                prompt_cache=self.cache,
+                prompt_cache=self.context.cache,
                 lazy=self.lazy,
                 **self.generation,
             ):
@@ -76,5 +74,5 @@ class ChatSession:
                 generated.append(response.token)
                 yield response
         finally:
-            self.cached_tokens += generated
+            self.context.tokens += generated
             self.messages.append({"role": "assistant", "content": "".join(reply)})

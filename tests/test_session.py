@@ -51,7 +51,7 @@ def test_clear_forgets_the_conversation_but_keeps_the_system_prompt(tiny):
     list(session.send("the cat"))
     session.clear()
     assert session.messages == [{"role": "system", "content": "be brief"}]
-    assert session.cache[0].offset == 0
+    assert session.context.cache[0].offset == 0
     reply = list(session.send("the cat"))
     assert [r.token for r in reply] == fresh_answer(model, tokenizer, session.messages[:-1], 4)
 
@@ -60,12 +60,14 @@ def test_lazy_turns_extend_one_state_and_can_revive_earlier_turns(tiny):
     model, tokenizer = tiny
     session = ChatSession(model, tokenizer, lazy=PRUNING, max_tokens=4)
     list(session.send("the cat sat on the mat " * 8))
-    first_turn = session.cache.offset
-    depth_after_first = np.array(session.cache.aux.depths())
-    assert (depth_after_first < session.cache.num_layers).any()  # some tokens were pruned
+    first_turn = session.context.cache.offset
+    depth_after_first = np.array(session.context.cache.aux.depths())
+    assert (depth_after_first < session.context.cache.num_layers).any()  # some tokens were pruned
     second = list(session.send("where did the cat sit? " * 4))
-    assert second[-1].prompt_tokens < session.cache.offset - first_turn + 8  # only the new turn
-    depth = np.array(session.cache.aux.depths())
+    assert (
+        second[-1].prompt_tokens < session.context.cache.offset - first_turn + 8
+    )  # only the new turn
+    depth = np.array(session.context.cache.aux.depths())
     assert (depth[:first_turn] >= depth_after_first).all()  # KV is never deleted
     revived = depth[:first_turn] > depth_after_first
     assert revived.any()  # tokens pruned in turn 1 were computed again from their Aux slots
@@ -79,7 +81,7 @@ def test_lazy_reply_cut_short_and_clear(tiny):
     stream.close()
     reply = list(session.send("in the"))
     assert reply[-1].lazy.prefill_fraction <= 1
-    assert session.cache.offset <= len(session.cached_tokens)
-    assert session.cache.tokens == session.cached_tokens[: session.cache.offset]
+    assert session.context.cache.offset <= len(session.context.tokens)
+    assert session.context.cache.tokens == session.context.tokens[: session.context.cache.offset]
     session.clear()
-    assert isinstance(session.cache, LazyState) and session.cache.offset == 0
+    assert isinstance(session.context.cache, LazyState) and session.context.cache.offset == 0

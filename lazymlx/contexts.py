@@ -1,0 +1,143 @@
+"""Kept contexts: a prompt's computed KV, reused by the next prompt that starts the same way.
+
+A conversation resends its whole history each turn (an OpenAI-style client always does), so a
+context is found by its tokens: the kept context sharing the longest prefix with the new prompt is
+trimmed to that prefix and only the rest is computed. `ContextPool` holds several (one per
+conversation, or per document a user keeps asking about), least recently used first out, bounded
+by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
+made them and which tokens they hold, so a context saved today continues tomorrow, and a file from
+another model is refused instead of silently producing nonsense.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.nn as nn
+from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.utils import common_prefix_len
+
+from lazymlx.cache import LazyState, save_prompt_cache_atomic
+from lazymlx.config import LazyConfig
+from lazymlx.errors import LazymlxError
+from lazymlx.generation import cached_length
+
+Cache = LazyState | list[Any]
+
+
+def new_cache(model: nn.Module, lazy: LazyConfig | None) -> Cache:
+    """An empty context: a LazyState for the lazy engine, mlx-lm's own cache for stock."""
+    return LazyState(model) if lazy is not None else make_prompt_cache(model)
+
+
+def cache_bytes(cache: Cache) -> int:
+    if isinstance(cache, LazyState):
+        return cache.kv_bytes + cache.aux_bytes
+    return sum(entry.nbytes for entry in cache)
+
+
+@dataclass
+class Context:
+    """A cache and the tokens it was fed (the cache's offset may be ahead by a decode step)."""
+
+    cache: Cache
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def lazy(self) -> bool:
+        return isinstance(self.cache, LazyState)
+
+    def reuse(self, tokens: list[int]) -> int:
+        """Trim to the longest prefix shared with `tokens`, keeping at least one token to feed
+        (the model must see the prompt's last token to answer); the tokens kept."""
+        offset = cached_length(self.cache)
+        keep = min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1)
+        trim_prompt_cache(self.cache, offset - keep)
+        self.tokens = list(tokens)
+        return keep
+
+
+class ContextPool:
+    """Kept contexts, least recently used evicted first once they hold more than `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.contexts: list[Context] = []  # least recently used first
+
+    def take(self, model: nn.Module, tokens: list[int], lazy: LazyConfig | None) -> Context:
+        """The kept context sharing most of `tokens` (removed from the pool while in use), or a
+        new one; a lazy prompt only continues a lazy context, a stock one a stock one."""
+        same_kind = [c for c in self.contexts if c.lazy == (lazy is not None)]
+        best = max(same_kind, key=lambda c: common_prefix_len(c.tokens, tokens), default=None)
+        if best is None or common_prefix_len(best.tokens, tokens) == 0:
+            return Context(new_cache(model, lazy))
+        self.contexts.remove(best)
+        return best
+
+    def put(self, context: Context) -> None:
+        self.contexts.append(context)
+        while self.contexts and self.bytes > self.max_bytes:
+            self.contexts.pop(0)
+
+    @property
+    def bytes(self) -> int:
+        return sum(cache_bytes(c.cache) for c in self.contexts)
+
+
+def save_context(
+    path: str | Path, context: Context, model_name: str, preset: str, **extra: Any
+) -> None:
+    """Write a context file atomically: mlx-lm's format, with model, version, preset and tokens."""
+    from lazymlx import __version__
+
+    metadata = {
+        "model": model_name,
+        "lazymlx": __version__,
+        "preset": preset,
+        "tokens": json.dumps(context.tokens),
+    } | {key: json.dumps(value) for key, value in extra.items()}
+    path = Path(path).expanduser()
+    if not path.parent.is_dir():
+        raise LazymlxError(f"cannot save to {path}: the folder {path.parent} does not exist")
+    save_prompt_cache_atomic(path, list(context.cache), metadata)
+
+
+def load_context(
+    path: str | Path, model: nn.Module, model_name: str, lazy: LazyConfig | None
+) -> tuple[Context, dict[str, Any]]:
+    """A context file's context and its extra metadata; refuses a file of another model or kind."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise LazymlxError(f"no context file at {path}; save one first (or check the path)")
+    try:
+        entries, metadata = load_prompt_cache(str(path), return_metadata=True)
+    except Exception as error:  # safetensors and mlx raise several kinds on a damaged file
+        raise LazymlxError(f"{path} is not a prompt-cache file ({error})") from None
+    saved_model = metadata.get("model", "an unknown model")
+    if saved_model != model_name:
+        raise LazymlxError(
+            f"{path} holds a context of {saved_model}, not {model_name}; "
+            f"load it with --model {saved_model}"
+        )
+    preset = metadata.get("preset", "off")
+    if (preset != "off") != (lazy is not None):
+        raise LazymlxError(
+            f"{path} was saved with --lazy {preset}; load it with --lazy {preset}"
+            if preset != "off"
+            else f"{path} was saved with --lazy off (stock mlx-lm); load it with --lazy off"
+        )
+    cache = LazyState(model, entries) if lazy is not None else entries
+    if lazy is None and len(entries) != len(make_prompt_cache(model)):
+        raise LazymlxError(
+            f"{path} does not fit this model's layers; load it with the model that saved it"
+        )
+    tokens = json.loads(metadata.get("tokens", "[]"))
+    extra = {
+        key: json.loads(value)
+        for key, value in metadata.items()
+        if key not in ("model", "lazymlx", "preset", "tokens")
+    }
+    return Context(cache, tokens), extra

@@ -1,0 +1,225 @@
+"""The app API: a model loaded once and served to any thread, one generation at a time.
+
+An app has a UI thread that must never block and a model that can only run one generation at a
+time (batch 1). `LLM` loads the model on the generation thread (lazymlx/worker.py), which runs
+every request in the order they were submitted; `submit` returns at once with a `Stream` the
+caller iterates (on any thread) and may `cancel()`. Contexts are kept between requests (lazymlx/contexts.py), so a conversation that
+resends its history, as an OpenAI-style client does, only computes its new tokens.
+
+    llm = LLM("smollm2-135m")
+    stream = llm.submit(messages=[{"role": "user", "content": "Hi"}], on_progress=show)
+    for response in stream:          # on a worker thread; stream.cancel() from the UI
+        ui.append(response.text)
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from lazymlx.config import LazyConfig
+from lazymlx.contexts import ContextPool
+from lazymlx.errors import LazymlxError
+from lazymlx.generation import (
+    Response,
+    check_text,
+    encode_prompt,
+    resolve_lazy,
+    stream_generate,
+)
+from lazymlx.worker import GENERATION_THREAD
+
+Loader = Callable[[], tuple[nn.Module, TokenizerWrapper]]
+Progress = Callable[[int, int], None]
+_END = object()
+
+
+class Cancelled(Exception):
+    """Raised on the generation thread to stop a cancelled request's prefill."""
+
+
+@dataclass
+class Stream:
+    """One request's responses, produced on the generation thread, read from any thread.
+
+    Iterating yields `Response`s (text piece, TTFT, tok/s, peak memory, prefill fraction) and
+    re-raises the request's error, if any. `cancel()` stops the request at the next token or,
+    mid-prefill, at the next layer or chunk; the kept context stays consistent either way.
+    cached_tokens: prompt tokens reused from a kept context (set before the first response).
+    """
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    _items: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _responses: list[Response] = field(default_factory=list, repr=False)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __iter__(self) -> Iterator[Response]:
+        """The responses not read yet (one reader at a time); ends when the request does."""
+        while not self._done.is_set():
+            item = self._items.get()
+            if item is _END:
+                self._done.set()
+            elif isinstance(item, BaseException):
+                self._done.set()
+                raise item
+            else:
+                self._responses.append(item)
+                yield item
+
+    def result(self) -> str:
+        """Wait for the whole answer; its text (again, if called twice)."""
+        for _ in self:
+            pass
+        return "".join(response.text for response in self._responses)
+
+    @property
+    def last(self) -> Response | None:
+        """The latest response read (the last one holds the finish reason and final stats)."""
+        return self._responses[-1] if self._responses else None
+
+
+@dataclass
+class _Request:
+    tokens: list[int]
+    lazy: LazyConfig | None
+    options: dict[str, Any]
+    stream: Stream
+    on_progress: Progress | None
+
+
+class LLM:
+    """A model served from the generation thread; safe to call from any thread.
+
+    model: a registry name, model directory, .gguf or hub id (loaded on the generation thread),
+        or a function returning (model, tokenizer), run there too.
+    lazy: the default pruning preset (name or LazyConfig; "off" or None is stock mlx-lm).
+    context_bytes: how much kept-context memory may be held for prefix reuse.
+    """
+
+    def __init__(
+        self,
+        model: str | Loader = "smollm2-135m",
+        lazy: LazyConfig | str | None = "default",
+        context_bytes: int = 2 << 30,
+    ) -> None:
+        self.name = model if isinstance(model, str) else getattr(model, "__name__", "model")
+        self.lazy = resolve_lazy(lazy)
+        self.contexts = ContextPool(context_bytes)
+        self.model, self.tokenizer = GENERATION_THREAD.call(
+            model if callable(model) else lambda: _load(model)
+        )
+
+    def submit(
+        self,
+        prompt: str | Sequence[int] | None = None,
+        *,
+        messages: list[dict[str, str]] | None = None,
+        max_tokens: int = 256,
+        lazy: LazyConfig | str | None | type[Ellipsis] = ...,
+        on_progress: Progress | None = None,
+        seed: int | None = None,
+        **options: Any,
+    ) -> Stream:
+        """Queue a request and return its stream at once.
+
+        prompt: raw text (no chat template) or token ids; messages: a chat, rendered with the
+        model's chat template. Exactly one of the two. lazy: this request's preset (default: the
+        LLM's). on_progress(done, total) reports prefill progress in prompt tokens; it runs on
+        the generation thread, so a UI should hand it to its main thread. Other options are
+        stream_generate's (temp, top_p, top_k, min_p, repetition_penalty, ...). Bad arguments
+        raise LazymlxError here, before anything is queued.
+        """
+        if (prompt is None) == (messages is None):
+            raise LazymlxError("give either prompt= (raw text or token ids) or messages= (a chat)")
+        if messages is not None:
+            if self.tokenizer.chat_template is None:
+                raise LazymlxError("this model has no chat template; send prompt= text instead")
+            for message in messages:
+                check_text(str(message.get("content") or ""))
+            tokens = list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        else:
+            tokens = encode_prompt(self.tokenizer, prompt).tolist()
+        if max_tokens < 1:
+            raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+        config = self.lazy if lazy is ... else resolve_lazy(lazy)
+        if seed is not None:
+            options["seed"] = seed
+        stream = Stream(prompt_tokens=len(tokens))
+        request = _Request(
+            tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress
+        )
+        GENERATION_THREAD.submit(lambda: self._job(request))
+        return stream
+
+    def generate(self, prompt: str | Sequence[int] | None = None, **kwargs: Any) -> str:
+        """Submit and wait: the whole answer."""
+        return self.submit(prompt, **kwargs).result()
+
+    def _job(self, request: _Request) -> None:
+        """A request on the generation thread: its errors go to its stream, never kill the thread."""
+        try:
+            self._serve(request)
+        except Exception as error:
+            request.stream._items.put(error)
+        request.stream._items.put(_END)
+
+    def _serve(self, request: _Request) -> None:
+        stream = request.stream
+        if stream.cancelled:
+            return
+        options = dict(request.options)
+        if "seed" in options:
+            mx.random.seed(options.pop("seed"))
+        context = self.contexts.take(self.model, request.tokens, request.lazy)
+        stream.cached_tokens = context.reuse(request.tokens)
+
+        def progress(done: int, total: int) -> None:
+            if stream.cancelled:
+                raise Cancelled
+            if request.on_progress is not None:
+                request.on_progress(done, total)
+
+        generated: list[int] = []
+        try:
+            for response in stream_generate(
+                self.model,
+                self.tokenizer,
+                request.tokens[stream.cached_tokens :],
+                prompt_cache=context.cache,
+                lazy=request.lazy,
+                prompt_progress_callback=progress,
+                **options,
+            ):
+                generated.append(response.token)
+                stream._items.put(response)
+                if stream.cancelled:
+                    break
+        except Cancelled:  # mid-prefill: a lazy step rolled back, a stock cache may be partial
+            if context.lazy:
+                context.tokens = request.tokens[: stream.cached_tokens]
+                self.contexts.put(context)
+            return
+        context.tokens += generated  # (a context an error stopped mid-way is not kept)
+        self.contexts.put(context)
+
+
+def _load(model: str) -> tuple[nn.Module, TokenizerWrapper]:
+    from lazymlx.models.loading import load
+
+    return load(model)
