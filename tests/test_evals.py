@@ -21,8 +21,9 @@ def test_cases_are_deterministic_sized_and_hold_the_gold_answer_once(tiny, task,
     assert case.text != make_case(task, tokenizer, length, seed=4).text
     assert case.text.count(case.gold) == 1
     tokens = encode_prompt(tokenizer, case.text).size
-    # at most the target, and within one haystack unit of it (under 100 tokens for every task)
-    assert length - 100 < tokens <= length
+    # at most the target, and within one haystack unit of it (a real sentence can be long: the
+    # tiny model's tokenizer spends a token on every few characters)
+    assert length - 200 < tokens <= length
 
 
 @pytest.mark.parametrize("task", list(TASKS))

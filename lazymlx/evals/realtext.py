@@ -25,6 +25,11 @@ DOCSTRING_MODULES = (
 )  # fmt: skip
 
 
+def split_sentences(paragraphs: tuple[str, ...]) -> tuple[str, ...]:
+    """The paragraphs' sentences in order: haystack units fine enough to size a prompt closely."""
+    return tuple(s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", p))
+
+
 def _prose(text: str, min_chars: int) -> list[str]:
     """The paragraphs of `text` that read as prose, each on one line."""
     paragraphs = []

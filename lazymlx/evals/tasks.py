@@ -28,7 +28,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.prose import NAMES, sentences
-from lazymlx.evals.realtext import docstring_paragraphs, reference_paragraphs
+from lazymlx.evals.realtext import docstring_paragraphs, reference_paragraphs, split_sentences
 from lazymlx.prompts import FILLER
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -125,21 +125,22 @@ def needle(rng: random.Random, seed: int) -> _Spec:
     )
 
 
-def _shuffled(paragraphs: tuple[str, ...], seed: int) -> Callable[[int], list[str]]:
-    """The first n of a seeded shuffle of `paragraphs`, cycling if n outruns them."""
+def _real_prose(paragraphs: tuple[str, ...], seed: int) -> Callable[[int], list[str]]:
+    """The first n sentences of the paragraphs in a seeded order (each paragraph whole, so the
+    text reads as written), cycling if n outruns them."""
     order = list(paragraphs)
     random.Random(seed).shuffle(order)
-    return lambda n: [order[i % len(order)] for i in range(n)]
+    units = split_sentences(tuple(order))
+    return lambda n: [units[i % len(units)] for i in range(n)]
 
 
 def docneedle(rng: random.Random, seed: int) -> _Spec:
     number, city = _number(rng, 7), rng.choice(("Lisbon", "Oslo", "Quito", "Hanoi", "Tunis"))
     depth = DEPTHS[seed % len(DEPTHS)]
     return _Spec(
-        units=_shuffled(reference_paragraphs(), rng.randrange(2**32)),
+        units=_real_prose(reference_paragraphs(), rng.randrange(2**32)),
         needles=[(depth, f"The special magic number for {city} is {number}.")],
         head="Read the documentation below; a special magic number is hidden in it.\n\n",
-        joiner="\n\n",
         question=(
             f"\n\nWhat is the special magic number for {city}? "
             f"The special magic number for {city} is"
@@ -154,10 +155,9 @@ def docfact(rng: random.Random, seed: int) -> _Spec:
     code, name = _number(rng, 5), rng.choice(NAMES)
     depth = DEPTHS[seed % len(DEPTHS)]
     return _Spec(
-        units=_shuffled(docstring_paragraphs(), rng.randrange(2**32)),
+        units=_real_prose(docstring_paragraphs(), rng.randrange(2**32)),
         needles=[(depth, f"{name}'s locker code is {code}. {name} wrote it down here.")],
         head="These are notes about Python's standard library. A locker code is hidden in them.\n\n",
-        joiner="\n\n",
         question=f"\n\nWhat is {name}'s locker code? {name}'s locker code is",
         gold=code,
         max_tokens=8,
