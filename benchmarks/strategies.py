@@ -35,8 +35,11 @@ def selection_rules() -> dict[str, LazyConfig]:
         "max over heads": replace(PAPER, heads="max"),
         "window 8": replace(PAPER, window=8),
         "window 32": replace(PAPER, window=32),
-        "window 32 + pool 2": replace(PAPER, window=32, pool=2),
-        "window 32 + recent 32 + sinks 4": replace(PAPER, window=32, keep_last=32, keep_first=4),
+        "span 8": replace(PAPER, pool=8),
+        "window 8 + span 8": replace(PAPER, window=8, pool=8),
+        "window 8 + span 8 + recent 16 + sinks 4": replace(
+            PAPER, window=8, pool=8, keep_last=16, keep_first=4
+        ),
     }
 
 

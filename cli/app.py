@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from typing import Annotated
 
@@ -22,13 +23,14 @@ from lazymlx.config import PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import DEFAULT_MODEL
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     help="On-device LLM inference on MLX with LazyLLM token pruning.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
 )
-models_app = typer.Typer(help="List and pull models.", no_args_is_help=True)
+models_app = typer.Typer(help="List and pull models.", context_settings=HELP_OPTIONS)
 app.add_typer(models_app, name="models")
 app.command()(measure.bench)
 app.command("eval")(measure.evaluate)
@@ -49,7 +51,25 @@ Temperature = Annotated[
     float, typer.Option("--temp", min=0.0, help="Sampling temperature; 0 is greedy.")
 ]
 TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
-System = Annotated[str | None, typer.Option("--system", "-s", help="System prompt.")]
+TopK = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k likeliest; 0: all.")]
+MinP = Annotated[
+    float, typer.Option("--min-p", min=0.0, max=1.0, help="Drop tokens below min-p × the top one.")
+]
+RepetitionPenalty = Annotated[
+    float | None,
+    typer.Option("--repetition-penalty", min=0.0, help="Penalize repeats (mlx-lm's; e.g. 1.1)."),
+]
+Seed = Annotated[int | None, typer.Option("--seed", help="Random seed, for repeatable sampling.")]
+System = Annotated[
+    str | None, typer.Option("--system", "--system-prompt", "-s", help="System prompt.")
+]
+PromptCacheFile = Annotated[
+    str | None,
+    typer.Option(
+        "--prompt-cache-file",
+        help="A context file: continue from it if it exists, save the context to it after.",
+    ),
+]
 Lazy = Annotated[
     str,
     typer.Option(
@@ -75,6 +95,38 @@ def load_model(model: str):
         return load(model, progress=progress)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from lazymlx import __version__
+
+        write_text(f"lazymlx {__version__}\n")
+        raise typer.Exit
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """On-device LLM inference on MLX with LazyLLM token pruning."""
+
+
+def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed) -> dict:
+    if seed is not None:
+        import mlx.core as mx
+
+        mx.random.seed(seed)
+    return {
+        "temp": temp,
+        "top_p": top_p,
+        "top_k": top_k,
+        "min_p": min_p,
+        "repetition_penalty": repetition_penalty,
+    }
+
+
 @app.command()
 def chat(
     model: ModelOption = DEFAULT_MODEL,
@@ -82,16 +134,22 @@ def chat(
     max_tokens: MaxTokens = 512,
     temp: Temperature = 0.0,
     top_p: TopP = 1.0,
+    top_k: TopK = 0,
+    min_p: MinP = 0.0,
+    repetition_penalty: RepetitionPenalty = None,
+    seed: Seed = None,
     prompt: Annotated[
-        str | None, typer.Option("--prompt", "-p", help="Answer this one message and exit.")
+        str | None,
+        typer.Option("--prompt", "-p", help="Answer this one message and exit; '-' reads stdin."),
     ] = None,
     lazy: Lazy = "default",
+    prompt_cache_file: PromptCacheFile = None,
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
-    from lazymlx.cli.chat import answer, repl
+    from lazymlx.cli.chat import ChatFiles, answer, repl
     from lazymlx.session import ChatSession
 
-    if prompt is None and not sys.stdin.isatty():
+    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
         prompt = sys.stdin.read()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
@@ -101,15 +159,16 @@ def chat(
         system=system,
         lazy=config,
         max_tokens=max_tokens,
-        temp=temp,
-        top_p=top_p,
+        **_sampling(temp, top_p, top_k, min_p, repetition_penalty, seed),
     )
+    files = ChatFiles(session, model, lazy, prompt_cache_file)
     if prompt is not None:
         answer(session, prompt.strip())
+        files.autosave()
         return
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
-    repl(session)
+    repl(session, files=files)
 
 
 @app.command()
@@ -120,24 +179,39 @@ def generate(
     max_tokens: MaxTokens = 256,
     temp: Temperature = 0.0,
     top_p: TopP = 1.0,
+    top_k: TopK = 0,
+    min_p: MinP = 0.0,
+    repetition_penalty: RepetitionPenalty = None,
+    seed: Seed = None,
     raw: Annotated[
-        bool, typer.Option("--raw", help="Use the prompt as plain text, without the chat template.")
+        bool,
+        typer.Option(
+            "--raw",
+            "--ignore-chat-template",
+            help="Use the prompt as plain text, without the chat template.",
+        ),
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object with text and stats.")
     ] = False,
     lazy: Lazy = "default",
+    prompt_cache_file: PromptCacheFile = None,
 ) -> None:
     """Generate a completion for one prompt."""
     from lazymlx.cli.chat import stats_line
-    from lazymlx.generation import stream_generate
+    from lazymlx.contexts import Context, load_context, new_cache, save_context
+    from lazymlx.generation import check_text, stream_generate
 
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise LazymlxError("the prompt is empty; pass text with -p")
+    check_text(prompt)
+    if raw and system:
+        raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
     tokens: str | list[int] = prompt
     if not raw:
         if tokenizer.chat_template is None:
@@ -147,13 +221,29 @@ def generate(
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt})
         tokens = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    from lazymlx.generation import encode_prompt
+
+    tokens = encode_prompt(tokenizer, tokens).tolist()
+    context = Context(new_cache(loaded_model, config))
+    if prompt_cache_file and os.path.exists(prompt_cache_file):
+        context, _ = load_context(prompt_cache_file, loaded_model, model, config)
+    new_tokens = tokens[context.reuse(tokens) :]
     text, last = [], None
     for last in stream_generate(
-        loaded_model, tokenizer, tokens, max_tokens, temp=temp, top_p=top_p, lazy=config
+        loaded_model,
+        tokenizer,
+        new_tokens,
+        max_tokens,
+        lazy=config,
+        prompt_cache=context.cache,
+        **sampling,
     ):
         text.append(last.text)
+        context.tokens.append(last.token)
         if not as_json:
             write_text(last.text)
+    if prompt_cache_file:
+        save_context(prompt_cache_file, context, model, lazy)
     if as_json:
         result = {
             "model": model,
@@ -167,6 +257,7 @@ def generate(
             "finish_reason": last.finish_reason,
             "lazy": lazy,
             "prefill_fraction": last.lazy.prefill_fraction if last.lazy else 1.0,
+            "cached_tokens": len(tokens) - len(new_tokens),
         }
         write_text(json.dumps(result) + "\n")
     else:
@@ -175,30 +266,85 @@ def generate(
 
 
 @models_app.command("list")
-def models_list() -> None:
+def models_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead.")] = False,
+) -> None:
     """Show the models the registry knows and those converted locally."""
     from rich.table import Table
 
     from lazymlx.models.registry import REGISTRY, converted_dir, local_models, models_dir
 
-    table = Table(title=f"models (converted ones in {models_dir()})")
-    for column in ("name", "status", "description / path"):
-        table.add_column(column)
+    rows = []
     listed = set()
     for name, source in REGISTRY.items():
         target = converted_dir(name)
         listed.add(target)
         if (target / "config.json").exists():
-            status = "[green]ready[/]"
+            status = "ready"
         elif source.gguf_path() is not None:
-            status = "downloaded (converts on first use)"
+            status = "downloaded"
         else:
-            status = f"not downloaded: lazymlx models pull {name}"
-        table.add_row(name, status, source.description)
+            status = "not downloaded"
+        rows.append(
+            {"name": name, "status": status, "description": source.description, "path": str(target)}
+        )
     for path in local_models():
         if path not in listed:
-            table.add_row(path.name, "[green]ready[/]", str(path))
+            rows.append(
+                {"name": path.name, "status": "ready", "description": "", "path": str(path)}
+            )
+    if as_json:
+        write_text(json.dumps(rows, indent=1) + "\n")
+        return
+    table = Table(title=f"models (converted ones in {models_dir()})")
+    for column in ("name", "status", "description / path"):
+        table.add_column(column)
+    shown = {
+        "ready": "[green]ready[/]",
+        "downloaded": "downloaded (converts on first use)",
+    }
+    for row in rows:
+        status = shown.get(row["status"], f"not downloaded: lazymlx models pull {row['name']}")
+        table.add_row(row["name"], status, row["description"] or row["path"])
     out.print(table)
+
+
+@app.command()
+def serve(
+    model: ModelOption = DEFAULT_MODEL,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; 0.0.0.0 exposes it to the network.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8080,
+    lazy: Lazy = "default",
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, help="The most tokens one request may generate.")
+    ] = 4096,
+    max_request_mb: Annotated[
+        float, typer.Option("--max-request-mb", min=0.001, help="The largest request body.")
+    ] = 4.0,
+    context_gb: Annotated[
+        float,
+        typer.Option(
+            "--context-gb", min=0.0, help="Memory kept for reusing conversations' context."
+        ),
+    ] = 2.0,
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    from lazymlx.llm import LLM
+    from lazymlx.server import Limits
+    from lazymlx.server import serve as run_server
+
+    _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
+    with conversion_progress() as progress:
+        from lazymlx.models.loading import load
+
+        llm = LLM(
+            lambda: load(model, progress=progress), lazy=lazy, context_bytes=int(context_gb * 1e9)
+        )
+    llm.name = model
+    err.print(f"serving {model} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)")
+    run_server(llm, host, port, Limits(max_tokens, int(max_request_mb * 1e6)))
 
 
 @models_app.command("pull")
@@ -222,6 +368,9 @@ def models_pull(
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a user's mistake is one `error:` line and exit code 1, never a traceback."""
     warnings_as_lines()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # bare `lazymlx`: the help, and success
+        argv = ["--help"]
     try:
         code = app(args=argv, prog_name="lazymlx", standalone_mode=False)
     except typer.TyperException as error:

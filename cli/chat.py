@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from lazymlx.cli.console import err, error_line, write_text
+from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.session import ChatSession
 
@@ -12,6 +14,8 @@ MULTILINE = '"""'
 HELP = """commands:
   /help    this help
   /clear   forget the conversation (the system prompt stays)
+  /save FILE  save the conversation and its computed context to FILE
+  /load FILE  continue a conversation saved with /save (or --prompt-cache-file)
   /bye     leave (Ctrl-D works too)
   \"\"\"      start and end a multi-line message
 Ctrl-C stops the current answer; the conversation goes on."""
@@ -59,14 +63,53 @@ def read_message(read_line: ReadLine) -> tuple[str, bool]:
     return "\n".join(lines).strip("\n"), False
 
 
-def run_command(session: ChatSession, command: str) -> bool:
+class ChatFiles:
+    """The chat's context files: --prompt-cache-file (loaded at the start if it exists, saved
+    after every answer) and /save, /load. A refused file leaves the conversation as it was."""
+
+    def __init__(self, session: ChatSession, model: str, preset: str, path: str | None) -> None:
+        self.session, self.model, self.preset, self.path = session, model, preset, path
+        if path and os.path.exists(path):
+            self.load(path)
+
+    def save(self, path: str) -> None:
+        self.session.save(path, self.model, self.preset)
+
+    def load(self, path: str) -> None:
+        self.session.load(path, self.model)
+        turns = sum(m["role"] == "user" for m in self.session.messages)
+        err.print(
+            f"[dim]loaded {path}: {turns} turns, {len(self.session.context.tokens)} tokens[/]"
+        )
+
+    def autosave(self) -> None:
+        if self.path:
+            self.save(self.path)
+
+
+def run_command(session: ChatSession, command: str, files: ChatFiles | None = None) -> bool:
     """Carry out a slash command; False means leave the chat."""
-    name = command.split()[0].lower()
+    name, _, argument = command.strip().partition(" ")
+    name, argument = name.lower(), argument.strip()
     if name in ("/bye", "/exit", "/quit"):
         return False
     if name == "/clear":
         session.clear()
         err.print("[dim]conversation cleared[/]")
+    elif name in ("/save", "/load"):
+        if not argument:
+            error_line(f"{name} needs a file name, e.g. {name} chat.safetensors")
+        elif files is None:
+            error_line(f"{name} is not available here")
+        else:
+            try:
+                if name == "/save":
+                    files.save(argument)
+                    err.print(f"[dim]saved to {argument}[/]")
+                else:
+                    files.load(argument)
+            except (LazymlxError, OSError) as error:
+                error_line(str(error))
     elif name in ("/help", "/?"):
         err.print(HELP, markup=False)
     else:
@@ -74,7 +117,7 @@ def run_command(session: ChatSession, command: str) -> bool:
     return True
 
 
-def repl(session: ChatSession, read_line: ReadLine = input) -> None:
+def repl(session: ChatSession, read_line: ReadLine = input, files: ChatFiles | None = None) -> None:
     err.print("[dim]type a message, /help for commands, /bye to leave[/]")
     while True:
         try:
@@ -88,7 +131,12 @@ def repl(session: ChatSession, read_line: ReadLine = input) -> None:
         if not message.strip():
             continue
         if is_command:
-            if not run_command(session, message):
+            if not run_command(session, message, files):
                 return
             continue
-        answer(session, message)
+        try:
+            answer(session, message)
+            if files is not None:
+                files.autosave()
+        except LazymlxError as error:  # this message can't be answered; the chat goes on
+            error_line(str(error))

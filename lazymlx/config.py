@@ -52,8 +52,9 @@ class LazyConfig:
         very last token always goes on.
     window: tokens are scored by the attention the step's last `window` tokens pay them, averaged
         (SnapKV's observation window); 1 is LazyLLM's last-token rule.
-    pool: a token scores the best of itself and `pool` neighbours either side, so the tokens
-        next to a chosen one (the rest of a number, of a sentence) go on with it.
+    pool: a token scores the best of itself and the `pool` tokens before it, so the tokens that
+        follow a chosen one (the rest of a number, of a sentence) go on with it: the last token
+        attends most to where an answer starts, and an answer is copied token after token.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
@@ -81,13 +82,21 @@ class LazyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        pairs = tuple(sorted((float(depth), float(ratio)) for depth, ratio in self.schedule))
+        for name in ("keep_first", "keep_last", "window", "pool", "revive", "min_prompt", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise LazymlxError(f"{name} must be a whole number, got {value!r}")
+        if self.revive_steps is not None and not isinstance(self.revive_steps, int):
+            raise LazymlxError(
+                f"revive_steps must be a whole number or None, got {self.revive_steps!r}"
+            )
+        pairs = _pairs(self.schedule, float, "schedule", "(depth, keep ratio)")
         for depth, ratio in pairs:
             if not 0 <= depth < 1:
                 raise LazymlxError(f"pruning depth must be in [0, 1), got {depth}")
             if not 0 < ratio <= 1:
                 raise LazymlxError(f"keep ratio must be in (0, 1], got {ratio}")
-        budgets = tuple(sorted((float(depth), int(tokens)) for depth, tokens in self.budgets))
+        budgets = _pairs(self.budgets, int, "budgets", "(depth, tokens)")
         for depth, tokens in budgets:
             if not 0 <= depth < 1:
                 raise LazymlxError(f"budget depth must be in [0, 1), got {depth}")
@@ -161,12 +170,20 @@ class LazyConfig:
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
         if self.selection != "random" and (self.window > 1 or self.pool or self.heads != "mean"):
             ranked += f", scored by the last {self.window} tokens ({self.heads} over heads"
-            ranked += f", pooled ±{self.pool})" if self.pool else ")"
+            ranked += f", each token's next {self.pool} kept with it)" if self.pool else ")"
         decode = self.decode
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
         return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}"
+
+
+def _pairs(value, kind, name: str, shape: str) -> tuple:
+    """A schedule's (depth, number) pairs, sorted by depth; anything else is a clear error."""
+    try:
+        return tuple(sorted((float(depth), kind(number)) for depth, number in value))
+    except (TypeError, ValueError):
+        raise LazymlxError(f"{name} must be a list of {shape} pairs, got {value!r}") from None
 
 
 PRESETS: dict[str, LazyConfig] = {

@@ -87,7 +87,12 @@ def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
         )
     else:
         tokens = prompt
-    tokens = mx.array(tokens, dtype=mx.uint32) if not isinstance(tokens, mx.array) else tokens
+    if not isinstance(tokens, mx.array):
+        ids = list(tokens)
+        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or t < 0]
+        if bad:
+            raise LazymlxError(f"token ids are whole numbers >= 0; got {bad[0]!r}")
+        tokens = mx.array(ids, dtype=mx.uint32)
     if tokens.ndim != 1:
         raise LazymlxError(
             f"the prompt must be one sequence of token ids (batch size 1), got shape {tokens.shape}"
@@ -205,6 +210,11 @@ def _stream_generate(
             "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
         )
     check_context(model, tokens.size + cached_length(cache))
+    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
+    if vocab and tokens.size and (largest := tokens.max().item()) >= vocab:
+        raise LazymlxError(
+            f"token id {largest} is not in the model's vocabulary (0 to {vocab - 1})"
+        )
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
     if lazy is not None:
         unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))

@@ -59,7 +59,8 @@ class Stream:
     cached_tokens: int = 0
     _items: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)  # all read
+    _finished: threading.Event = field(default_factory=threading.Event, repr=False)  # all made
     _responses: list[Response] = field(default_factory=list, repr=False)
 
     def cancel(self) -> None:
@@ -68,6 +69,11 @@ class Stream:
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the generation thread is done with this request (read or not)."""
+        return self._finished.is_set()
 
     def __iter__(self) -> Iterator[Response]:
         """The responses not read yet (one reader at a time); ends when the request does."""
@@ -178,6 +184,7 @@ class LLM:
         except Exception as error:
             request.stream._items.put(error)
         request.stream._items.put(_END)
+        request.stream._finished.set()
 
     def _serve(self, request: _Request) -> None:
         stream = request.stream

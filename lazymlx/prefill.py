@@ -27,8 +27,8 @@ class Ranker:
     """Scores this step's tokens at a pruning layer; higher scores go deeper.
 
     "attention" is LazyLLM's rule, widened by the config: the attention the step's last `window`
-    tokens pay at this very layer, reduced over heads, each token then scoring the best of its
-    `pool` neighbours either side. "static" scores once, at the step's first pruning layer, and
+    tokens pay at this very layer, reduced over heads, each token then scoring the best of the
+    `pool` tokens before it. "static" scores once, at the step's first pruning layer, and
     ranks deeper layers by those same scores (the paper's one-shot pruning); "random" draws scores
     from a key seeded by the config's seed, the step's start and the layer, so a run repeats.
     """
@@ -150,8 +150,9 @@ def _layer(state, layer, block, h, positions, first, chunk, deepest, window):
 
 
 def _pooled(scores: mx.array, pool: int) -> mx.array:
-    """Each score raised to the best within `pool` places either side (a max filter)."""
+    """Each score raised to the best of the `pool` scores before it: a chosen token takes the
+    tokens that follow it along (a number's other digits, the rest of its sentence)."""
     if not pool:
         return scores
-    padded = mx.pad(scores, (pool, pool), constant_values=-mx.inf)
-    return mx.max(mx.stack([padded[i : i + scores.size] for i in range(2 * pool + 1)]), axis=0)
+    padded = mx.pad(scores, (pool, 0), constant_values=-mx.inf)
+    return mx.max(mx.stack([padded[i : i + scores.size] for i in range(pool + 1)]), axis=0)

@@ -54,11 +54,18 @@ class ChatSession:
         self.context, self.messages = context, extra.get("messages", [])
 
     def send(self, text: str) -> Iterator[Response]:
-        """Stream the reply to `text`; the reply joins the history even when the caller stops early."""
+        """Stream the reply to `text`; the reply joins the history even when the caller stops
+        early. A turn that fails or is stopped before its first token leaves no trace."""
         check_text(text)
         self.messages.append({"role": "user", "content": text})
-        tokens = list(self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
-        new_tokens = tokens[self.context.reuse(tokens) :]
+        try:
+            tokens = list(
+                self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True)
+            )
+            new_tokens = tokens[self.context.reuse(tokens) :]
+        except BaseException:
+            self.messages.pop()
+            raise
         reply: list[str] = []
         generated: list[int] = []
         try:
@@ -75,4 +82,7 @@ class ChatSession:
                 yield response
         finally:
             self.context.tokens += generated
-            self.messages.append({"role": "assistant", "content": "".join(reply)})
+            if generated:
+                self.messages.append({"role": "assistant", "content": "".join(reply)})
+            else:
+                self.messages.pop()

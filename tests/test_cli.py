@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from lazymlx.cli import chat as chat_module
 from lazymlx.cli.app import app, main
 from lazymlx.cli.chat import repl
+from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
 runner = CliRunner()
@@ -224,3 +225,107 @@ def test_real_model_chat_in_a_subprocess(real):
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
     assert "TTFT" in result.stderr
+
+
+def test_conventions_help_version_and_bare_command(capsys):
+    from lazymlx import __version__
+
+    assert run_main(capsys, "-h")[0] == 0
+    code, out, err = run_main(capsys)
+    assert code == 0 and "chat" in out and "serve" in out and "error" not in err
+    code, out, _ = run_main(capsys, "--version")
+    assert code == 0 and out.strip() == f"lazymlx {__version__}"
+    assert run_main(capsys, "generate", "-h")[0] == 0
+
+
+def test_sampling_options_and_mlx_lm_names_work(tiny_model_dir: Path):
+    common = ["generate", "-m", str(tiny_model_dir), "-p", "the cat", "-n", "6", "--json"]
+    sampled = [
+        runner.invoke(
+            app,
+            [*common, "--ignore-chat-template", "--temp", "1", "--top-k", "5", "--min-p", "0.05"]
+            + ["--repetition-penalty", "1.2", "--seed", "7"],
+        )
+        for _ in range(2)
+    ]
+    assert sampled[0].exit_code == 0, sampled[0].output
+    assert json.loads(sampled[0].stdout)["text"] == json.loads(sampled[1].stdout)["text"]
+    templated = runner.invoke(app, [*common, "--system-prompt", "be brief"])
+    assert templated.exit_code == 0, templated.output
+
+
+def test_bad_combinations_and_bytes_are_one_error_line(capsys, tiny_model_dir: Path):
+    code, _, err = run_main(
+        capsys, "generate", "-m", str(tiny_model_dir), "-p", "x", "--raw", "--system", "s"
+    )
+    assert code == 1 and "--system needs the chat template" in err
+    code, _, err = run_main(capsys, "generate", "-m", str(tiny_model_dir), "-p", "\udcff\udcfe bad")
+    assert code == 1 and "not valid UTF-8 (byte 0xff" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_models_list_json(capsys):
+    code, out, _ = run_main(capsys, "models", "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and "smollm2-135m" in [row["name"] for row in rows]
+    assert {"name", "status", "description", "path"} <= set(rows[0])
+
+
+def test_chat_reads_the_message_from_stdin_with_dash(tiny_model_dir: Path):
+    result = runner.invoke(
+        app, ["chat", "-m", str(tiny_model_dir), "-p", "-", "-n", "3"], input="hello there\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip()
+
+
+def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model_dir: Path):
+    cache = tmp_path / "doc.safetensors"
+    document = "a long document about cats and dogs " * 20
+    args = ["generate", "-m", str(tiny_model_dir), "--raw", "-n", "4", "--json"]
+    first = runner.invoke(app, [*args, "-p", document + "Q1", "--prompt-cache-file", str(cache)])
+    assert first.exit_code == 0, first.output
+    assert cache.exists() and json.loads(first.stdout)["cached_tokens"] == 0
+    second = runner.invoke(app, [*args, "-p", document + "Q2", "--prompt-cache-file", str(cache)])
+    plain = runner.invoke(app, [*args, "-p", document + "Q2", "--lazy", "off"])
+    assert json.loads(second.stdout)["cached_tokens"] > 100
+    wrong_kind = runner.invoke(
+        app, [*args, "-p", "x", "--lazy", "off", "--prompt-cache-file", str(cache)]
+    )
+    assert "saved with --lazy default; load it with --lazy default" in str(wrong_kind.exception)
+    off_cache = tmp_path / "off.safetensors"
+    for _ in range(2):
+        again = runner.invoke(
+            app,
+            [*args, "-p", document + "Q2", "--lazy", "off", "--prompt-cache-file", str(off_cache)],
+        )
+    assert json.loads(again.stdout)["text"] == json.loads(plain.stdout)["text"]  # stock: exact
+
+
+def test_chat_save_and_load_continue_a_conversation(tmp_path: Path, tiny, capsys):
+    saved = tmp_path / "chat.safetensors"
+    session = ChatSession(*tiny, max_tokens=3)
+    files = chat_module.ChatFiles(session, "tiny", "off", None)
+    repl(
+        session,
+        scripted(["hello", f"/save {saved}", "/save", "/load /nope.safetensors", "/bye"]),
+        files,
+    )
+    assert saved.exists()
+    err = capsys.readouterr().err
+    assert "/save needs a file name" in err and "no context file at /nope.safetensors" in err
+    fresh = ChatSession(*tiny, max_tokens=3)
+    chat_module.ChatFiles(fresh, "tiny", "off", str(saved))  # --prompt-cache-file loads it
+    assert fresh.messages == session.messages
+    assert fresh.context.tokens == session.context.tokens
+    other = chat_module.ChatFiles(ChatSession(*tiny, max_tokens=3), "other-model", "off", None)
+    with pytest.raises(LazymlxError, match="holds a context of tiny, not other-model"):
+        other.load(str(saved))
+
+
+def test_a_bad_message_in_chat_is_an_error_line_and_the_chat_goes_on(tiny, capsys):
+    session = ChatSession(*tiny, max_tokens=2)
+    repl(session, scripted(["bad \udcff bytes", "hello", "/bye"]))
+    err = capsys.readouterr().err
+    assert "not valid UTF-8" in err
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]  # only the good turn

@@ -13,7 +13,7 @@ exactly once. The tasks follow the long-context suites the paper's claims rest o
   end of one chain (the other chain holds a distractor value).
 - docneedle: the needle task in real English: a special magic number among the paragraphs of
   Python's language reference (realtext.py).
-- docfact: a person's locker code among the paragraphs of standard-library docstrings.
+- docfact: a person's pass key among the sentences of standard-library docstrings.
 """
 
 from __future__ import annotations
@@ -156,9 +156,9 @@ def docfact(rng: random.Random, seed: int) -> _Spec:
     depth = DEPTHS[seed % len(DEPTHS)]
     return _Spec(
         units=_real_prose(docstring_paragraphs(), rng.randrange(2**32)),
-        needles=[(depth, f"{name}'s locker code is {code}. {name} wrote it down here.")],
-        head="These are notes about Python's standard library. A locker code is hidden in them.\n\n",
-        question=f"\n\nWhat is {name}'s locker code? {name}'s locker code is",
+        needles=[(depth, f"{name}'s pass key is {code}. Remember it.")],
+        head="These are notes about Python's standard library. A pass key is hidden in them.\n\n",
+        question=f"\n\nWhat is {name}'s pass key? {name}'s pass key is",
         gold=code,
         max_tokens=8,
         depth=depth,

@@ -1,0 +1,168 @@
+"""The app API: requests from any thread, in order, none lost; cancellation; progress; reuse."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import lazymlx
+from lazymlx import LazyConfig
+from lazymlx.errors import LazymlxError
+from lazymlx.llm import LLM
+from lazymlx.session import ChatSession
+
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
+CHAT = [{"role": "user", "content": "the cat sat on the mat"}]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model_dir):
+    return LLM(str(tiny_model_dir), lazy=PRUNING)
+
+
+def direct(tiny, prompt, max_tokens, lazy=PRUNING) -> list[int]:
+    model, tokenizer = tiny
+    return [
+        r.token for r in lazymlx.stream_generate(model, tokenizer, prompt, max_tokens, lazy=lazy)
+    ]
+
+
+def tokens_of(stream) -> list[int]:
+    return [r.token for r in stream]
+
+
+def test_requests_from_many_threads_all_complete_with_the_direct_answers(tiny, tiny_model_dir):
+    llm = LLM(str(tiny_model_dir), lazy=PRUNING, context_bytes=0)  # every request from scratch
+    prompts = [f"prompt number {i} " * (i + 1) for i in range(6)]
+    results: dict[int, list[int]] = {}
+
+    def ask(i: int) -> None:
+        lazy = PRUNING if i % 2 else None
+        results[i] = tokens_of(llm.submit(prompts[i], max_tokens=6, lazy=lazy))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(results) == list(range(6))  # none lost
+    for i, tokens in results.items():
+        assert tokens == direct(tiny, prompts[i], 6, PRUNING if i % 2 else None)
+
+
+@pytest.mark.parametrize("lazy", [PRUNING, None])
+def test_a_conversation_reuses_its_context_and_answers_as_a_chat_session(
+    tiny, tiny_model_dir, lazy
+):
+    """Stock: exactly a fresh prefill's answer. Lazy: a chat session's, whose earlier turns keep
+    what their own prompt step pruned (later turns prune only their own tokens)."""
+    llm = LLM(str(tiny_model_dir), lazy=lazy)
+    first = llm.submit(messages=CHAT, max_tokens=5)
+    reply = first.result()
+    assert first.cached_tokens == 0 and first.last.ttft_s > 0
+    follow = [*CHAT, {"role": "assistant", "content": reply}, {"role": "user", "content": "why"}]
+    second = llm.submit(messages=follow, max_tokens=5)
+    second.result()
+    assert second.cached_tokens > first.prompt_tokens  # the first turn was not computed again
+    session = ChatSession(*tiny, lazy=lazy, max_tokens=5)
+    assert "".join(r.text for r in session.send(CHAT[0]["content"])) == reply
+    assert [r.token for r in session.send("why")] == [r.token for r in second._responses]
+    if lazy is None:
+        fresh = LLM(str(tiny_model_dir), lazy=None, context_bytes=0)  # keeps nothing
+        assert tokens_of(fresh.submit(messages=follow, max_tokens=5)) == [
+            r.token for r in second._responses
+        ]
+
+
+@pytest.mark.parametrize("lazy", [PRUNING, None])
+def test_cancel_mid_decode_leaves_a_context_the_next_request_can_trust(tiny_model_dir, lazy):
+    prompt, follow = "a long story about a dog " * 8, "a long story about a dog " * 9
+    cancelled, finished = LLM(str(tiny_model_dir), lazy=lazy), LLM(str(tiny_model_dir), lazy=lazy)
+    stream = cancelled.submit(prompt, max_tokens=200)
+    received = []
+    for response in stream:
+        received.append(response.token)
+        if len(received) == 3:
+            stream.cancel()
+    assert 3 <= len(received) < 200
+    assert tokens_of(finished.submit(prompt, max_tokens=3)) == received[:3]
+    # the next request reuses the prompt's context either way, and answers the same
+    again, reference = cancelled.submit(follow, max_tokens=6), finished.submit(follow, max_tokens=6)
+    assert tokens_of(again) == tokens_of(reference)
+    assert again.cached_tokens == reference.cached_tokens > 0
+
+
+@pytest.mark.parametrize("lazy", [PRUNING, None])
+def test_cancel_mid_prefill_stops_it_and_the_next_request_is_right(llm, tiny, lazy):
+    prompt = "words to prefill for a while " * 30
+    seen = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        stream.cancel()
+
+    stream = llm.submit(prompt, max_tokens=5, lazy=lazy, on_progress=progress, prefill_step_size=32)
+    assert tokens_of(stream) == []
+    assert seen and seen[0][0] < seen[0][1]  # cancelled before the prefill was done
+    assert tokens_of(llm.submit(prompt, max_tokens=5, lazy=lazy)) == direct(tiny, prompt, 5, lazy)
+
+
+def test_prefill_progress_climbs_to_the_whole_prompt(llm):
+    seen = []
+    stream = llm.submit(
+        "count these tokens " * 20, max_tokens=2, on_progress=lambda d, t: seen.append((d, t))
+    )
+    stream.result()
+    total = seen[-1][1]
+    assert seen[-1] == (total, total) and total > 50
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_bad_requests_are_clear_errors_and_the_thread_lives_on(llm):
+    with pytest.raises(LazymlxError, match="either prompt= .* or messages="):
+        llm.submit()
+    with pytest.raises(LazymlxError, match="not valid UTF-8"):
+        llm.submit("bad \udcff bytes")
+    with pytest.raises(LazymlxError, match="unknown lazy preset 'fast'"):
+        llm.submit("hi", lazy="fast")
+    failing = llm.submit("hi", max_tokens=2, not_an_option=1)
+    with pytest.raises(LazymlxError, match="unknown keyword argument not_an_option"):
+        failing.result()
+    assert llm.generate("still here", max_tokens=2)
+
+
+def test_mlx_lm_habits_work_or_fail_clearly(tiny, capsys):
+    model, tokenizer = tiny
+    text = lazymlx.generate(model, tokenizer, "hello", max_tokens=3, verbose=True, lazy="default")
+    printed = capsys.readouterr().out
+    assert text in printed
+    assert "Prompt: " in printed and "tokens-per-sec" in printed and "Peak memory" in printed
+    with pytest.raises(LazymlxError, match="unknown keyword argument bogus"):
+        lazymlx.generate(model, tokenizer, "hello", bogus=1)
+    with pytest.raises(LazymlxError, match="not valid UTF-8"):
+        lazymlx.generate(model, tokenizer, "\udcff\udcfe bad")
+
+
+THREADS = """
+import threading, sys, lazymlx
+model, tokenizer = lazymlx.load(sys.argv[1])
+answers = []
+def ask(i):
+    answers.append(lazymlx.generate(model, tokenizer, f"thread {i}", max_tokens=4, lazy=None))
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert len(answers) == 4
+"""
+
+
+@pytest.mark.slow
+def test_module_level_generate_from_threads_never_aborts_the_process(tiny_model_dir):
+    for _ in range(4):
+        run = subprocess.run(
+            [sys.executable, "-c", THREADS, str(tiny_model_dir)], capture_output=True, timeout=120
+        )
+        assert run.returncode == 0, run.stderr.decode()[-500:]
