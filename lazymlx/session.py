@@ -28,14 +28,21 @@ class ChatSession:
         tokenizer: TokenizerWrapper,
         system: str | None = None,
         lazy: LazyConfig | None = None,
+        max_context: int | None = None,
         **generation: Any,
     ) -> None:
+        """max_context: the most tokens the conversation may hold (default: the model's context
+        length); when a turn and its answer would not fit, the oldest half of the turns is
+        dropped (the system prompt stays), so a long chat goes on in bounded memory."""
         if tokenizer.chat_template is None:
             raise LazymlxError(
                 "this model's tokenizer has no chat template; use `lazymlx generate --raw`"
             )
         self.model, self.tokenizer, self.system, self.lazy = model, tokenizer, system, lazy
         self.generation = generation  # max_tokens, temp, ... for every turn
+        limit = getattr(getattr(model, "args", None), "max_position_embeddings", None)
+        self.max_context = max_context or limit
+        self.dropped_turns = 0  # turns forgotten to stay within max_context
         self.clear()
 
     def clear(self) -> None:
@@ -53,15 +60,27 @@ class ChatSession:
         context, extra = load_context(path, self.model, model_name, self.lazy)
         self.context, self.messages = context, extra.get("messages", [])
 
+    def _fitted_prompt(self) -> list[int]:
+        """The conversation's prompt tokens, the oldest turns dropped while it and the answer
+        would overflow max_context (the newest message is always kept)."""
+        room = self.generation.get("max_tokens", 256)
+        while True:
+            tokens = self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True)
+            first = 1 if self.system else 0
+            turns = len(self.messages) - first - 1  # messages before the newest one
+            if not self.max_context or len(tokens) + room <= self.max_context or turns < 2:
+                return list(tokens)
+            drop = max(2, turns // 2 // 2 * 2)  # whole user/assistant pairs, half of them
+            del self.messages[first : first + drop]
+            self.dropped_turns += drop // 2
+
     def send(self, text: str) -> Iterator[Response]:
         """Stream the reply to `text`; the reply joins the history even when the caller stops
         early. A turn that fails or is stopped before its first token leaves no trace."""
         check_text(text)
         self.messages.append({"role": "user", "content": text})
         try:
-            tokens = list(
-                self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True)
-            )
+            tokens = self._fitted_prompt()
             new_tokens = tokens[self.context.reuse(tokens) :]
         except BaseException:
             self.messages.pop()

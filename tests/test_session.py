@@ -85,3 +85,15 @@ def test_lazy_reply_cut_short_and_clear(tiny):
     assert session.context.cache.tokens == session.context.tokens[: session.context.cache.offset]
     session.clear()
     assert isinstance(session.context.cache, LazyState) and session.context.cache.offset == 0
+
+
+def test_a_long_chat_drops_its_oldest_turns_and_stays_within_its_context(tiny):
+    model, tokenizer = tiny
+    session = ChatSession(model, tokenizer, system="be brief", max_context=120, max_tokens=4)
+    for turn in range(12):
+        replies = list(session.send(f"message number {turn} about cats"))
+        assert replies  # every turn is answered
+        assert session.context.cache[0].offset <= 120
+    assert session.dropped_turns > 0
+    assert session.messages[0] == {"role": "system", "content": "be brief"}
+    assert session.messages[-2]["content"] == "message number 11 about cats"
