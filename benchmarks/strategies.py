@@ -44,18 +44,12 @@ def selection_rules() -> dict[str, LazyConfig]:
 
 
 def schedules() -> dict[str, LazyConfig]:
-    """Ratio schedules against length-aware ones (token budgets), at the default's rule."""
-    default = LazyConfig.preset("default")
-    ratios = replace(default, budgets=())
+    """Ratio schedules against length-aware ones (token budgets), all with the winning rule."""
+    ratios = replace(PAPER, window=8, pool=8)
     return {
-        "ratios (0.6@27% 0.5@54% 0.5@80%)": ratios,
-        "default": default,
-        "budgets 2048@20% 1024@50% 512@80%": replace(
-            ratios, budgets=((0.2, 2048), (0.5, 1024), (0.8, 512))
-        ),
-        "budgets 1024@20% 512@50% 256@80%": replace(
-            ratios, budgets=((0.2, 1024), (0.5, 512), (0.8, 256))
-        ),
+        "ratios, window 8 + span 8": ratios,
+        "ratios + at most 1536 at 27%": replace(ratios, budgets=((0.27, 1536),)),
+        "ratios + at most 1024 at 27%": replace(ratios, budgets=((0.27, 1024),)),
     }
 
 

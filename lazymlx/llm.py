@@ -28,6 +28,7 @@ from lazymlx.config import LazyConfig
 from lazymlx.contexts import ContextPool
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
+    STEP_OPTIONS,
     Response,
     check_text,
     encode_prompt,
@@ -37,6 +38,12 @@ from lazymlx.generation import (
 from lazymlx.worker import GENERATION_THREAD
 
 Loader = Callable[[], tuple[nn.Module, TokenizerWrapper]]
+# what a request may set besides its prompt, max_tokens, lazy, seed and progress; the context is
+# the LLM's to manage
+REQUEST_OPTIONS = frozenset({"temp", "top_p", "top_k", "min_p", "repetition_penalty"}) | (
+    STEP_OPTIONS
+    - {"max_tokens", "prompt_cache", "prompt_progress_callback", "sampler", "logits_processors"}
+)
 Progress = Callable[[int, int], None]
 _END = object()
 
@@ -137,7 +144,7 @@ class LLM:
         *,
         messages: list[dict[str, str]] | None = None,
         max_tokens: int = 256,
-        lazy: LazyConfig | str | None | type[Ellipsis] = ...,
+        lazy: Any = ...,  # a LazyConfig, a preset name or None; ... means the LLM's own
         on_progress: Progress | None = None,
         seed: int | None = None,
         **options: Any,
@@ -163,6 +170,11 @@ class LLM:
             tokens = encode_prompt(self.tokenizer, prompt).tolist()
         if max_tokens < 1:
             raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+        unknown = sorted(set(options) - REQUEST_OPTIONS)
+        if unknown:
+            raise LazymlxError(
+                f"unknown option {', '.join(unknown)}; submit takes {', '.join(sorted(REQUEST_OPTIONS))}"
+            )
         config = self.lazy if lazy is ... else resolve_lazy(lazy)
         if seed is not None:
             options["seed"] = seed

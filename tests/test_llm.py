@@ -128,8 +128,10 @@ def test_bad_requests_are_clear_errors_and_the_thread_lives_on(llm):
         llm.submit("bad \udcff bytes")
     with pytest.raises(LazymlxError, match="unknown lazy preset 'fast'"):
         llm.submit("hi", lazy="fast")
-    failing = llm.submit("hi", max_tokens=2, not_an_option=1)
-    with pytest.raises(LazymlxError, match="unknown keyword argument not_an_option"):
+    with pytest.raises(LazymlxError, match="unknown option not_an_option; submit takes"):
+        llm.submit("hi", max_tokens=2, not_an_option=1)
+    failing = llm.submit([10**6], max_tokens=2)  # found on the generation thread
+    with pytest.raises(LazymlxError, match="token id 1000000 is not in the model's vocabulary"):
         failing.result()
     assert llm.generate("still here", max_tokens=2)
 
