@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from lazymlx.config import PRESETS, LazyConfig, baseline_variant
+from lazymlx.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -64,16 +64,15 @@ def preset_names(model: str) -> list[str]:
 def resolve_preset(name: str, model: str) -> LazyConfig:
     """A preset for this model: its calibrated ones first, then the built-in ones.
 
-    `static` and `random` follow the model's `default` schedule unless saved under those names,
-    so the comparison strategies always prune exactly as much as the preset they are compared to.
+    The presets derived from `default` (sparse, paper, long, static, random) follow the model's
+    own `default`, so the comparison strategies always prune exactly as much as the preset they
+    are compared to.
     """
     saved = saved_presets(model)
     if name in saved:
         return saved[name]
-    if name in ("static", "random"):
-        return baseline_variant(resolve_preset("default", model), name)
-    if name == "sparse":
-        return replace(resolve_preset("default", model), decode="sparse")
+    if name in DERIVED:
+        return DERIVED[name](resolve_preset("default", model))
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(
@@ -83,7 +82,7 @@ def resolve_preset(name: str, model: str) -> LazyConfig:
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
     """Store a calibrated preset for a model (replacing one of the same name), atomically."""
-    if name in ("off", "sparse", "static", "random"):
+    if name == "off" or name in DERIVED:
         raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}
