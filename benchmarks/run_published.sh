@@ -3,7 +3,7 @@
 # after `make setup openblas model`; one job at a time: two cores, and parallel timings lie).
 # Takes about 1.5 hours on a 2-core Xeon with MLX's CPU backend; minutes on an M-series Mac.
 # Steps 2-5 are engine v2's; step 1 (the schedule) was calibrated with engine v1, whose
-# prompt step prunes exactly as v2's does.
+# prompt step prunes exactly as v2's does (with LazyLLM's last-token rule, then the default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 results=benchmarks/results
@@ -16,24 +16,30 @@ $lazymlx calibrate --lengths 1k,2k --cases 1 --selections attention,static,rando
 $lazymlx calibrate --records $results/calibrate.json --name default  # the decision, re-made
 .venv/bin/python benchmarks/plot_tradeoff.py $results/calibrate.json $results/tradeoff.png
 
-# 2. Accuracy per task and decode policy (engine v2): baseline, default (revive in the first 8
-#    decode steps), revival at every step (a preset saved for the comparison), sparse, static,
-#    random.
-.venv/bin/python - <<'PY'
-from dataclasses import replace
-from lazymlx.config import PRESETS
-from lazymlx.presets import save_preset
-save_preset("smollm2-135m", "revive-every-step", replace(PRESETS["default"], revive_steps=None),
-            {"experiment": "engine v2 decode policy: revival at every decode step"})
-PY
-$lazymlx eval --task all --lengths 1k,2k --cases 2 \
-  --lazy default,revive-every-step,sparse,static,random --output json > $results/eval_1k_2k.json
+# 2. Selection rules at equal compute (the default schedule, held-out calibration seeds), and
+#    length-aware token budgets against ratios at 4k and 8k (the winning rule).
+.venv/bin/python benchmarks/strategies.py --study selection \
+  --tasks passkey,needle,multikey,docneedle,docfact --lengths 1k,2k --cases 2 \
+  --output $results/selection_1k_2k.json  # stopped after the 1k cases and one 2k case
+.venv/bin/python benchmarks/strategies.py --study schedule \
+  --tasks passkey,needle,multikey,docneedle,docfact --lengths 4k --cases 1 \
+  --output $results/schedules_4k.json
+.venv/bin/python benchmarks/strategies.py --study schedule --tasks passkey,docneedle \
+  --lengths 8k --cases 1 --output $results/schedules_8k.json
 
-# 3. TTFT, decode speed, memory: stock mlx-lm next to each decode policy and keep-all, passkey.
-$lazymlx bench --prompt-len 2k --lazy default,sparse,off --gen-len 64 --repeats 3 \
+# 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
+#    preset, passkey; then the accuracy suite (eval seeds) for every strategy.
+$lazymlx bench --prompt-len 2k --lazy default,paper,long --gen-len 64 --repeats 3 \
   --output json > $results/bench_2k.json
-$lazymlx bench --prompt-len 8k --lazy default,sparse,off --gen-len 64 \
+$lazymlx bench --prompt-len 8k --lazy default,long --gen-len 64 \
   --output json > $results/bench_8k.json
+$lazymlx eval --task all --lengths 1k,2k --cases 1 --lazy default,paper,sparse,static,random \
+  --output json > $results/eval_1k_2k.json
+
+# 3b. Apps: a 200-turn chat on the real model (memory every 50 turns), and what the HTTP server
+#     adds to the first token over the Python API.
+.venv/bin/python benchmarks/soak.py --turns 200 --output $results/soak.json
+.venv/bin/python benchmarks/server_overhead.py --repeats 5 --output $results/server_overhead.json
 
 # 4. What reviving costs per decode step, and what pruning short prompts saves and changes
 #    (the evidence behind `default`'s revive_steps and min_prompt).

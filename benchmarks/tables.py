@@ -130,12 +130,57 @@ def short_prompts_table(name: str) -> str:
     return "\n".join(lines)
 
 
+def strategies_table(*names: str) -> str:
+    """Per strategy and length: baseline-right answers kept, compute, speedup (strategies.py)."""
+    lines = [
+        "| strategy | length | baseline right | kept | also right where baseline wrong "
+        "| prefill computed | TTFT speedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        for r in load(name)["summary"]:
+            lines.append(
+                f"| {r['mode']} | {r['length']} | {r['baseline_right']}/{r['cases']} "
+                f"| {r['kept']}/{r['baseline_right']} | {r['wrong_to_right']} "
+                f"| {r['compute_fraction']:.0%} | {r['speedup']:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
+def soak_table(name: str) -> str:
+    data = load(name)
+    lines = [
+        "| turns | peak GB (last 50) | active GB | context tokens | turns dropped | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        lines.append(
+            f"| {r['turn']} | {r['peak_memory_gb']:.3f} | {r['active_memory_gb']:.3f} "
+            f"| {r['context_tokens']} | {r['dropped_turns']} | {r['seconds']:.0f} |"
+        )
+    return "\n".join(lines) + f"\n\nEmpty replies: {data['empty_replies']}."
+
+
+def server_overhead_table(name: str) -> str:
+    s = load(name)["summary"]
+    return (
+        "| path | TTFT mean (s) | ± std |\n|---|---|---|\n"
+        f"| Python API (`LLM.submit`) | {s['api']['mean_s']:.3f} | {s['api']['std_s']:.3f} |\n"
+        f"| HTTP (`openai` client, streaming) | {s['http']['mean_s']:.3f} "
+        f"| {s['http']['std_s']:.3f} |\n\nServer overhead: {s['overhead_s'] * 1000:.0f} ms."
+    )
+
+
 def main() -> None:
     sections = {
         "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
         "accuracy per decode policy (eval)": lambda: eval_table("eval_1k_2k.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
+        "selection rules at equal compute": lambda: strategies_table("selection_1k_2k.json"),
+        "length-aware budgets": lambda: strategies_table("schedules_4k.json", "schedules_8k.json"),
+        "chat soak": lambda: soak_table("soak.json"),
+        "server TTFT overhead": lambda: server_overhead_table("server_overhead.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
         "calibration frontier": lambda: calibration_table("calibrate.json"),
     }

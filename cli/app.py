@@ -227,7 +227,7 @@ def generate(
     context = Context(new_cache(loaded_model, config))
     if prompt_cache_file and os.path.exists(prompt_cache_file):
         context, _ = load_context(prompt_cache_file, loaded_model, model, config)
-    new_tokens = tokens[context.reuse(tokens) :]
+    new_tokens = tokens[context.reuse(tokens, loaded_model) :]
     text, last = [], None
     for last in stream_generate(
         loaded_model,

@@ -50,12 +50,14 @@ class Context:
     def lazy(self) -> bool:
         return isinstance(self.cache, LazyState)
 
-    def reuse(self, tokens: list[int]) -> int:
+    def reuse(self, tokens: list[int], model: nn.Module) -> int:
         """Trim to the longest prefix shared with `tokens`, keeping at least one token to feed
-        (the model must see the prompt's last token to answer); the tokens kept."""
+        (the model must see the prompt's last token to answer); the tokens kept. A cache that
+        can't be trimmed that far (a rotating window) starts over."""
         offset = cached_length(self.cache)
-        keep = min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1)
-        trim_prompt_cache(self.cache, offset - keep)
+        keep = max(0, min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1))
+        if trim_prompt_cache(self.cache, offset - keep) != offset - keep:  # e.g. a rotating cache
+            self.cache, keep = make_prompt_cache(model), 0  # (a LazyState always trims)
         self.tokens = list(tokens)
         return keep
 
@@ -72,7 +74,9 @@ class ContextPool:
         new one; a lazy prompt only continues a lazy context, a stock one a stock one."""
         same_kind = [c for c in self.contexts if c.lazy == (lazy is not None)]
         best = max(same_kind, key=lambda c: common_prefix_len(c.tokens, tokens), default=None)
-        if best is None or common_prefix_len(best.tokens, tokens) == 0:
+        # only a continuation takes a context over: sharing a chat template's first tokens with
+        # another conversation must not cut that conversation's context short
+        if best is None or 2 * common_prefix_len(best.tokens, tokens) < len(best.tokens):
             return Context(new_cache(model, lazy))
         self.contexts.remove(best)
         return best
@@ -99,7 +103,7 @@ def save_context(
         "preset": preset,
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
-    path = Path(path).expanduser()
+    path = _checked_name(path)
     if not path.parent.is_dir():
         raise LazymlxError(f"cannot save to {path}: the folder {path.parent} does not exist")
     save_prompt_cache_atomic(path, list(context.cache), metadata)
@@ -109,7 +113,7 @@ def load_context(
     path: str | Path, model: nn.Module, model_name: str, lazy: LazyConfig | None
 ) -> tuple[Context, dict[str, Any]]:
     """A context file's context and its extra metadata; refuses a file of another model or kind."""
-    path = Path(path).expanduser()
+    path = _checked_name(path)
     if not path.is_file():
         raise LazymlxError(f"no context file at {path}; save one first (or check the path)")
     try:
@@ -124,20 +128,28 @@ def load_context(
         )
     preset = metadata.get("preset", "off")
     if (preset != "off") != (lazy is not None):
-        raise LazymlxError(
-            f"{path} was saved with --lazy {preset}; load it with --lazy {preset}"
-            if preset != "off"
-            else f"{path} was saved with --lazy off (stock mlx-lm); load it with --lazy off"
-        )
+        kind = "pruning on" if preset != "off" else "pruning off (stock mlx-lm)"
+        raise LazymlxError(f"{path} was saved with {kind}; load it with --lazy {preset}")
     cache = LazyState(model, entries) if lazy is not None else entries
     if lazy is None and len(entries) != len(make_prompt_cache(model)):
         raise LazymlxError(
             f"{path} does not fit this model's layers; load it with the model that saved it"
         )
-    tokens = json.loads(metadata.get("tokens", "[]"))
-    extra = {
-        key: json.loads(value)
-        for key, value in metadata.items()
-        if key not in ("model", "lazymlx", "preset", "tokens")
-    }
+    try:
+        tokens = json.loads(metadata.get("tokens", "[]"))
+        extra = {
+            key: json.loads(value)
+            for key, value in metadata.items()
+            if key not in ("model", "lazymlx", "preset", "tokens")
+        }
+    except json.JSONDecodeError:
+        raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None
     return Context(cache, tokens), extra
+
+
+def _checked_name(path: str | Path) -> Path:
+    """mlx picks a file's format by its extension, so context files must end in .safetensors."""
+    path = Path(path).expanduser()
+    if path.suffix != ".safetensors":
+        raise LazymlxError(f"context files end in .safetensors; name it {path.name}.safetensors")
+    return path

@@ -200,6 +200,10 @@ def _stream_generate(
             f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, lazy and "
             f"mlx-lm's generate_step options: {', '.join(sorted(STEP_OPTIONS))}"
         )
+    if kwargs.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
+        raise LazymlxError(
+            f"prefill_step_size must be at least 1, got {kwargs['prefill_step_size']}"
+        )
     lazy = resolve_lazy(lazy)
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)

@@ -30,6 +30,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
     STEP_OPTIONS,
     Response,
+    check_context,
     check_text,
     encode_prompt,
     resolve_lazy,
@@ -64,6 +65,9 @@ class Stream:
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # called on the generation thread with each response, an error, and None at the end: how an
+    # event loop (the server) is woken without a thread blocked per request
+    listener: Callable[[Response | Exception | None], None] | None = None
     _items: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)  # all read
@@ -76,6 +80,11 @@ class Stream:
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    def _emit(self, item: object) -> None:
+        self._items.put(item)
+        if self.listener is not None:
+            self.listener(None if item is _END else item)
 
     @property
     def finished(self) -> bool:
@@ -132,7 +141,7 @@ class LLM:
         context_bytes: int = 2 << 30,
     ) -> None:
         self.name = model if isinstance(model, str) else getattr(model, "__name__", "model")
-        self.lazy = resolve_lazy(lazy)
+        self.lazy = self._preset(lazy)
         self.contexts = ContextPool(context_bytes)
         self.model, self.tokenizer = GENERATION_THREAD.call(
             model if callable(model) else lambda: _load(model)
@@ -147,6 +156,7 @@ class LLM:
         lazy: Any = ...,  # a LazyConfig, a preset name or None; ... means the LLM's own
         on_progress: Progress | None = None,
         seed: int | None = None,
+        listener: Callable[[Response | Exception | None], None] | None = None,
         **options: Any,
     ) -> Stream:
         """Queue a request and return its stream at once.
@@ -165,9 +175,20 @@ class LLM:
                 raise LazymlxError("this model has no chat template; send prompt= text instead")
             for message in messages:
                 check_text(str(message.get("content") or ""))
-            tokens = list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+            try:
+                tokens = list(
+                    self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                )
+            except Exception as error:  # the template refuses this chat (roles, content, ...)
+                raise LazymlxError(f"the chat template refuses these messages: {error}") from None
         else:
             tokens = encode_prompt(self.tokenizer, prompt).tolist()
+        check_context(self.model, len(tokens))
+        vocab = getattr(getattr(self.model, "args", None), "vocab_size", None)
+        if vocab and tokens and max(tokens) >= vocab:
+            raise LazymlxError(
+                f"token id {max(tokens)} is not in the model's vocabulary (0 to {vocab - 1})"
+            )
         if max_tokens < 1:
             raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
         unknown = sorted(set(options) - REQUEST_OPTIONS)
@@ -175,15 +196,23 @@ class LLM:
             raise LazymlxError(
                 f"unknown option {', '.join(unknown)}; submit takes {', '.join(sorted(REQUEST_OPTIONS))}"
             )
-        config = self.lazy if lazy is ... else resolve_lazy(lazy)
+        config = self.lazy if lazy is ... else self._preset(lazy)
         if seed is not None:
             options["seed"] = seed
-        stream = Stream(prompt_tokens=len(tokens))
+        stream = Stream(prompt_tokens=len(tokens), listener=listener)
         request = _Request(
             tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress
         )
         GENERATION_THREAD.submit(lambda: self._job(request))
         return stream
+
+    def _preset(self, lazy: Any) -> LazyConfig | None:
+        """A request's lazy=: a config, None, or a name (this model's calibrated ones too)."""
+        if isinstance(lazy, str) and lazy != "off":
+            from lazymlx.presets import resolve_preset
+
+            return resolve_preset(lazy, self.name)
+        return resolve_lazy(lazy)
 
     def generate(self, prompt: str | Sequence[int] | None = None, **kwargs: Any) -> str:
         """Submit and wait: the whole answer."""
@@ -193,10 +222,11 @@ class LLM:
         """A request on the generation thread: its errors go to its stream, never kill the thread."""
         try:
             self._serve(request)
-        except Exception as error:
-            request.stream._items.put(error)
-        request.stream._items.put(_END)
-        request.stream._finished.set()
+        except BaseException as error:  # even a KeyboardInterrupt from a progress callback
+            request.stream._emit(error if isinstance(error, Exception) else Cancelled())
+        finally:
+            request.stream._emit(_END)
+            request.stream._finished.set()
 
     def _serve(self, request: _Request) -> None:
         stream = request.stream
@@ -206,7 +236,7 @@ class LLM:
         if "seed" in options:
             mx.random.seed(options.pop("seed"))
         context = self.contexts.take(self.model, request.tokens, request.lazy)
-        stream.cached_tokens = context.reuse(request.tokens)
+        stream.cached_tokens = context.reuse(request.tokens, self.model)
 
         def progress(done: int, total: int) -> None:
             if stream.cancelled:
@@ -226,16 +256,16 @@ class LLM:
                 **options,
             ):
                 generated.append(response.token)
-                stream._items.put(response)
+                stream._emit(response)
                 if stream.cancelled:
                     break
-        except Cancelled:  # mid-prefill: a lazy step rolled back, a stock cache may be partial
-            if context.lazy:
-                context.tokens = request.tokens[: stream.cached_tokens]
-                self.contexts.put(context)
-            return
-        context.tokens += generated  # (a context an error stopped mid-way is not kept)
-        self.contexts.put(context)
+        except Cancelled:
+            pass
+        finally:
+            # what the cache holds is a prefix of these tokens (an interrupted lazy step rolls
+            # back; a stock prefill stops between chunks); reuse trims to the cache's offset
+            context.tokens = request.tokens + generated
+            self.contexts.put(context)
 
 
 def _load(model: str) -> tuple[nn.Module, TokenizerWrapper]:

@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +40,8 @@ class _Body(BaseModel):
     top_k: int = Field(default=0, ge=0)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    stop: str | list[str] | None = Field(default=None, max_length=4)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     lazy: str | None = None  # lazymlx: the pruning preset for this request
@@ -73,18 +73,18 @@ def _text(content: Any) -> str:
 
 
 class _StopFinder:
-    """Cuts the answer at the first stop string, holding back text that may begin one."""
+    """Cuts the answer where the first stop string starts, holding back text that may begin one."""
 
     def __init__(self, stop: str | list[str] | None) -> None:
-        self.stops = [stop] if isinstance(stop, str) else [s for s in stop or [] if s]
+        self.stops = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
         self.pending = ""
 
     def feed(self, piece: str) -> tuple[str, bool]:
         """The text safe to send now, and whether a stop string was hit."""
         self.pending += piece
-        for stop in self.stops:
-            if stop in self.pending:
-                return self.pending[: self.pending.index(stop)], True
+        hits = [self.pending.index(stop) for stop in self.stops if stop in self.pending]
+        if hits:
+            return self.pending[: min(hits)], True
         hold = max((len(s) - 1 for s in self.stops), default=0)
         cut = len(self.pending) - hold
         ready, self.pending = self.pending[:cut], self.pending[cut:]
@@ -93,6 +93,55 @@ class _StopFinder:
     def flush(self) -> str:
         ready, self.pending = self.pending, ""
         return ready
+
+
+class _Request:
+    """One request's stream as the event loop sees it: responses arrive on an asyncio queue,
+    put there by the generation thread, so no thread is held per waiting request."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.stream: Stream | None = None
+        self.last: Response | None = None
+
+    def listener(self, item: Response | Exception | None) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    async def responses(self, request: Request) -> AsyncIterator[Response]:
+        """The responses until the end; an error is raised; a client gone cancels the request
+        (checked each second while waiting, and every 16 responses)."""
+        count = 0
+        while True:
+            try:
+                item = await asyncio.wait_for(self.queue.get(), timeout=1.0)
+            except asyncio.TimeoutError:  # a long prefill or a queue ahead
+                item = False
+            count += 1
+            if (item is False or count % 16 == 0) and await request.is_disconnected():
+                self.stream.cancel()
+                return
+            if item is False:
+                continue
+            if item is None:
+                return
+            if isinstance(item, Exception):
+                raise item
+            self.last = item
+            yield item
+
+    def usage(self) -> dict[str, Any]:
+        stream, last = self.stream, self.last
+        completion = last.generation_tokens if last else 0
+        return {
+            "prompt_tokens": stream.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": stream.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": stream.cached_tokens},
+            # lazymlx's own: seconds to the first token, and the prefill work computed
+            "ttft_s": last.ttft_s if last else None,
+            "prefill_fraction": last.lazy.prefill_fraction if last and last.lazy else 1.0,
+        }
 
 
 def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
@@ -116,28 +165,33 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             return error(
                 413, f"the request is {size} bytes; the limit is {limits.max_request_bytes}"
             )
-        raw = await request.body()
-        if len(raw) > limits.max_request_bytes:
-            return error(413, f"the request is over {limits.max_request_bytes} bytes")
+        raw = bytearray()
+        async for part in request.stream():  # a chunked body has no length to check up front
+            raw += part
+            if len(raw) > limits.max_request_bytes:
+                return error(413, f"the request is over the {limits.max_request_bytes}-byte limit")
         try:
             return schema.model_validate(json.loads(raw))
-        except json.JSONDecodeError as bad:
+        except ValueError as bad:  # not JSON, not UTF-8, or (pydantic's) not the right fields
+            if isinstance(bad, ValidationError):
+                first = bad.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "body"
+                return error(400, f"{where}: {first['msg']}")
             return error(400, f"the body is not valid JSON ({bad})")
-        except ValidationError as bad:
-            first = bad.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
-            return error(400, f"{where}: {first['msg']}")
 
-    def start(body: _Body, **prompt: Any) -> Stream | JSONResponse:
+    async def start(body: _Body, **prompt: Any) -> _Request | JSONResponse:
         max_tokens = body.max_completion_tokens or body.max_tokens or min(512, limits.max_tokens)
         if max_tokens > limits.max_tokens:
             return error(400, f"max_tokens is {max_tokens}; this server allows {limits.max_tokens}")
-        try:
-            return llm.submit(
+        pending = _Request()
+        try:  # tokenizing a large body is work: off the event loop
+            pending.stream = await asyncio.to_thread(
+                llm.submit,
                 **prompt,
                 max_tokens=max_tokens,
                 lazy=body.lazy or ...,
                 seed=body.seed,
+                listener=pending.listener,
                 temp=body.temperature,
                 top_p=body.top_p,
                 top_k=body.top_k,
@@ -146,6 +200,7 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             )
         except LazymlxError as bad:
             return error(400, str(bad))
+        return pending
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -156,31 +211,42 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             {"role": m.get("role", "user"), "content": _text(m.get("content"))}
             for m in body.messages
         ]
-        stream = start(body, messages=messages)
-        if isinstance(stream, JSONResponse):
-            return stream
-        return await respond(request, body, stream, chat=True)
+        pending = await start(body, messages=messages)
+        if isinstance(pending, JSONResponse):
+            return pending
+        return await respond(request, body, pending, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await parse(request, CompletionBody)
         if isinstance(body, JSONResponse):
             return body
-        stream = start(body, prompt=body.prompt)
-        if isinstance(stream, JSONResponse):
-            return stream
-        return await respond(request, body, stream, chat=False)
+        pending = await start(body, prompt=body.prompt)
+        if isinstance(pending, JSONResponse):
+            return pending
+        return await respond(request, body, pending, chat=False)
 
-    async def respond(request: Request, body: _Body, stream: Stream, chat: bool):
+    async def respond(request: Request, body: _Body, pending: _Request, chat: bool):
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         kind = "chat.completion" if chat else "text_completion"
         if body.stream:
-            events = _events(request, body, stream, ident, kind, chat)
+            events = _events(request, body, pending, ident, kind, chat)
             return StreamingResponse(events, media_type="text/event-stream")
+        stop, pieces, finish = _StopFinder(body.stop), [], "length"
         try:
-            text, finish = await asyncio.to_thread(_collect, stream, _StopFinder(body.stop))
+            async for response in pending.responses(request):
+                text, hit = stop.feed(response.text)
+                pieces.append(text)
+                if hit:
+                    finish = "stop"
+                    pending.stream.cancel()
+                    break
+                finish = response.finish_reason or finish
         except LazymlxError as bad:
             return error(400, str(bad))
+        except Exception as bad:  # a fault of ours: an error object, and the server lives on
+            return error(500, f"generation failed: {bad}", "server_error")
+        text = "".join(pieces) + (stop.flush() if finish != "stop" else "")
         choice = {"index": 0, "finish_reason": finish}
         choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         return {
@@ -189,80 +255,45 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             "created": int(time.time()),
             "model": llm.name,
             "choices": [choice],
-            "usage": _usage(stream),
+            "usage": pending.usage(),
         }
 
-    async def _events(request, body, stream, ident, kind, chat) -> AsyncIterator[str]:
+    async def _events(request, body, pending, ident, kind, chat) -> AsyncIterator[str]:
         stop = _StopFinder(body.stop)
-        responses = iter(stream)
         base = {"id": ident, "object": f"{kind}.chunk" if chat else kind, "model": llm.name}
 
-        def event(text: str, finish: str | None, first: bool = False, **extra: Any) -> str:
+        def event(choices: list[dict], **extra: Any) -> str:
+            payload = base | {"created": int(time.time()), "choices": choices} | extra
+            return f"data: {json.dumps(payload)}\n\n"
+
+        def choice(text: str, finish: str | None, first: bool = False) -> dict:
             delta = {"role": "assistant", "content": text} if first else {"content": text}
             part = {"delta": delta} if chat else {"text": text}
-            choice = {"index": 0, "finish_reason": finish} | part
-            payload = base | {"created": int(time.time()), "choices": [choice]} | extra
-            return f"data: {json.dumps(payload)}\n\n"
+            return {"index": 0, "finish_reason": finish} | part
 
         try:
             if chat:
-                yield event("", None, first=True)
+                yield event([choice("", None, first=True)])
             finish = "length"
-            while True:
-                response = await asyncio.to_thread(next, responses, None)
-                if response is None:
-                    break
+            async for response in pending.responses(request):
                 text, hit = stop.feed(response.text)
+                if text:
+                    yield event([choice(text, None)])
                 if hit:
                     finish = "stop"
-                    yield event(text, None)
                     break
-                if text:
-                    yield event(text, None)
-                if await request.is_disconnected():
-                    return
                 finish = response.finish_reason or finish
-            rest = stop.flush() if finish != "stop" else ""
-            usage = {}
+            yield event([choice(stop.flush() if finish != "stop" else "", finish)])
             if body.stream_options and body.stream_options.get("include_usage"):
-                usage = {"usage": _usage(stream)}
-            yield event(rest, finish, **usage)
+                yield event([], usage=pending.usage())  # OpenAI's own last chunk: no choices
             yield "data: [DONE]\n\n"
-        except LazymlxError as bad:
-            yield f"data: {json.dumps({'error': {'message': str(bad), 'type': 'invalid_request_error'}})}\n\n"
+        except Exception as bad:  # mid-stream the status is sent: an error event instead
+            kind = "invalid_request_error" if isinstance(bad, LazymlxError) else "server_error"
+            yield f"data: {json.dumps({'error': {'message': str(bad), 'type': kind}})}\n\n"
         finally:
-            stream.cancel()  # a client gone mid-stream frees the generation thread
+            pending.stream.cancel()  # a client gone mid-stream frees the generation thread
 
     return app
-
-
-def _collect(stream: Stream, stop: _StopFinder) -> tuple[str, str]:
-    pieces, finish = [], "length"
-    responses: Iterator[Response] = iter(stream)
-    for response in responses:
-        text, hit = stop.feed(response.text)
-        pieces.append(text)
-        if hit:
-            stream.cancel()
-            for _ in responses:  # let the request end before answering
-                pass
-            return "".join(pieces), "stop"
-        finish = response.finish_reason or finish
-    return "".join(pieces) + stop.flush(), finish
-
-
-def _usage(stream: Stream) -> dict[str, Any]:
-    last = stream.last
-    completion = last.generation_tokens if last else 0
-    return {
-        "prompt_tokens": stream.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": stream.prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": stream.cached_tokens},
-        # lazymlx's own: seconds to the first token, and the prefill work computed
-        "ttft_s": last.ttft_s if last else None,
-        "prefill_fraction": last.lazy.prefill_fraction if last and last.lazy else 1.0,
-    }
 
 
 def serve(llm: LLM, host: str, port: int, limits: Limits) -> None:

@@ -81,7 +81,7 @@ class ChatSession:
         self.messages.append({"role": "user", "content": text})
         try:
             tokens = self._fitted_prompt()
-            new_tokens = tokens[self.context.reuse(tokens) :]
+            new_tokens = tokens[self.context.reuse(tokens, self.model) :]
         except BaseException:
             self.messages.pop()
             raise

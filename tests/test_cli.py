@@ -292,7 +292,7 @@ def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model
     wrong_kind = runner.invoke(
         app, [*args, "-p", "x", "--lazy", "off", "--prompt-cache-file", str(cache)]
     )
-    assert "saved with --lazy default; load it with --lazy default" in str(wrong_kind.exception)
+    assert "saved with pruning on; load it with --lazy default" in str(wrong_kind.exception)
     off_cache = tmp_path / "off.safetensors"
     for _ in range(2):
         again = runner.invoke(

@@ -130,9 +130,15 @@ def test_bad_requests_are_clear_errors_and_the_thread_lives_on(llm):
         llm.submit("hi", lazy="fast")
     with pytest.raises(LazymlxError, match="unknown option not_an_option; submit takes"):
         llm.submit("hi", max_tokens=2, not_an_option=1)
-    failing = llm.submit([10**6], max_tokens=2)  # found on the generation thread
     with pytest.raises(LazymlxError, match="token id 1000000 is not in the model's vocabulary"):
+        llm.submit([10**6], max_tokens=2)
+    with pytest.raises(LazymlxError, match="needs 5000 tokens of context"):
+        llm.submit([5] * 5000, max_tokens=2)
+    failing = llm.submit("hi", max_tokens=2, kv_bits=4)  # found on the generation thread
+    with pytest.raises(LazymlxError, match="not supported with lazy=: kv_bits"):
         failing.result()
+    with pytest.raises(LazymlxError, match="prefill_step_size must be at least 1"):
+        llm.generate("hi", max_tokens=2, prefill_step_size=0)
     assert llm.generate("still here", max_tokens=2)
 
 

@@ -60,7 +60,9 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 
 def test_preset_errors():
-    with pytest.raises(LazymlxError, match="choose one of: off, default, sparse, paper, long, static, random"):
+    with pytest.raises(
+        LazymlxError, match="choose one of: off, default, sparse, paper, long, static, random"
+    ):
         resolve_preset("fast", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
         save_preset("m", "static", LazyConfig(), {})

@@ -165,6 +165,13 @@ def test_a_client_gone_mid_stream_frees_the_generation_thread(server, client):
             "limit",
         ),
         (b'{"messages": [{"role": "user", "content": "bad \\udcff"}]}', 400, "UTF-8"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "seed": -1}', 400, "seed"),
+        (b"\xff\xfe{}", 400, "not valid JSON"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]}',
+            400,
+            "stop",
+        ),
     ],
 )
 def test_bad_requests_get_an_openai_error_and_the_server_lives_on(server, body, status, message):
@@ -173,3 +180,25 @@ def test_bad_requests_get_an_openai_error_and_the_server_lives_on(server, body, 
     assert message in reply["error"]["message"]
     ok, _ = post(server[0] + "/v1/completions", b'{"prompt": "still up", "max_tokens": 2}')
     assert ok == 200
+
+
+def test_stop_strings_cut_at_the_earliest_and_empty_ones_are_ignored():
+    from lazymlx.server import _StopFinder
+
+    finder = _StopFinder(["zz", "b"])
+    assert finder.feed("a") == ("", False)  # held back: it may begin "zz"
+    assert finder.feed("bzz") == ("a", True)
+    assert _StopFinder("").feed("abc") == ("abc", False)
+
+
+def test_a_chunked_oversize_body_is_refused(server):
+    def chunks():  # 24 kB in three chunks, no Content-Length: over the 20 kB limit
+        for _ in range(3):
+            yield b" " * 8000
+
+    request = urllib.request.Request(
+        server[0] + "/v1/completions", chunks(), {"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 413
