@@ -7,6 +7,8 @@ import json
 import pytest
 from test_measure_cli import BENCH_ROW_KEYS, invoke
 
+from lazymlx.evals.tasks import TASKS
+
 pytestmark = pytest.mark.real_model
 
 
@@ -52,8 +54,8 @@ def test_eval_smoke_on_the_default_model(real):
         )  # fmt: skip
     )
     rows = {(r["task"], r["mode"]): r for r in data["rows"]}
-    assert len(rows) == 5 * 3
-    for task in ("passkey", "needle", "multikey", "kv", "vartrack"):
+    assert len(rows) == len(TASKS) * 3
+    for task in TASKS:
         baseline, off = rows[task, "baseline"], rows[task, "lazy:off"]
         assert off["agreement"] == 1 and off["accuracy"] == baseline["accuracy"]
     assert rows["passkey", "baseline"]["accuracy"] == 1
