@@ -174,7 +174,7 @@ def server_overhead_table(name: str) -> str:
 def main() -> None:
     sections = {
         "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
-        "accuracy per decode policy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "accuracy per strategy (eval)": lambda: eval_table("eval_1k_2k.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
         "selection rules at equal compute": lambda: strategies_table("selection_1k_2k.json"),
