@@ -50,6 +50,7 @@ def schedules() -> dict[str, LazyConfig]:
         "ratios, window 8 + span 8": ratios,
         "ratios + at most 1536 at 27%": replace(ratios, budgets=((0.27, 1536),)),
         "ratios + at most 1024 at 27%": replace(ratios, budgets=((0.27, 1024),)),
+        "late: 0.5@50% 0.5@80%": replace(ratios, schedule=((0.5, 0.5), (0.8, 0.5))),
     }
 
 
@@ -97,6 +98,9 @@ def main() -> None:
     model, tokenizer = load_model(args.model)
     configs = STUDIES[args.study]()
     if args.only:
+        unknown = [name for name in args.only.split(",") if name not in configs]
+        if unknown:
+            parser.error(f"unknown strategy {unknown[0]!r}; this study has: {', '.join(configs)}")
         configs = {name: configs[name] for name in args.only.split(",")}
     strategies = [Strategy(name, config) for name, config in configs.items()]
     lengths, tasks = parse_lengths(args.lengths), parse_tasks(args.tasks)

@@ -42,7 +42,7 @@ class LazyConfig:
     """A LazyLLM schedule.
 
     schedule: (depth fraction, keep ratio) pairs. At layer floor(depth × layers) the tokens present
-        are ranked by the last token's head-averaged attention and the top ceil(ratio × n) go on.
+        are ranked (see window, pool, heads, selection) and the top ceil(ratio × n) go on.
         Ratios compound: (0.25, 0.5), (0.5, 0.5) leaves a quarter of the tokens after mid-depth.
     budgets: (depth fraction, tokens) pairs: at that depth at most `tokens` of a prompt step's
         tokens go on, whatever the ratios allow. Ratios prune the same share at every length; a
@@ -51,11 +51,14 @@ class LazyConfig:
     keep_first: the first tokens (attention sinks) are never pruned.
     keep_last: the step's last tokens (the question, the recent window) are never pruned; the
         very last token always goes on.
-    window: tokens are scored by the attention the step's last `window` tokens pay them, averaged
-        (SnapKV's observation window); 1 is LazyLLM's last-token rule.
-    pool: a token scores the best of itself and the `pool` tokens before it, so the tokens that
-        follow a chosen one (the rest of a number, of a sentence) go on with it: the last token
-        attends most to where an answer starts, and an answer is copied token after token.
+    window: tokens are scored by the attention the last `window` carried tokens pay them,
+        averaged (SnapKV's observation window); 1 is LazyLLM's last-token rule. Only the last
+        `max(1, keep_last)` are sure to go on, so deeper layers observe with the last carried.
+    pool: a token scores the best of itself and the `pool` carried tokens before it, so the
+        tokens that follow a high-scoring one (the rest of a number, of a sentence) go on with
+        it: the last token attends most to where an answer starts, and an answer is copied
+        token after token. Counted in carried tokens: after a prune, the neighbours are the
+        next tokens still carried. Static selection pools its first scores again each layer.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
@@ -170,8 +173,12 @@ class LazyConfig:
             sinks += f", prompts under {self.min_prompt} tokens whole"
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
         if self.selection != "random" and (self.window > 1 or self.pool or self.heads != "mean"):
-            ranked += f", scored by the last {self.window} tokens ({self.heads} over heads"
-            ranked += f", each token's next {self.pool} kept with it)" if self.pool else ")"
+            ranked += f", scored by the last {self.window} token(s) ({self.heads} over heads"
+            ranked += (
+                f", the {self.pool} after a high-scoring token scored with it)"
+                if self.pool
+                else ")"
+            )
         decode = self.decode
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
@@ -221,7 +228,7 @@ def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda default: replace(default, decode="sparse"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
-    "paper": lambda default: replace(default, window=1, pool=0),
+    "paper": lambda default: replace(default, window=1, pool=0, heads="mean", keep_last=0),
     # plus a token budget: at most 1,024 tokens go past 27% of depth, so prompts beyond ~1.7k
     # tokens save more the longer they are; faster, and measured to lose answers the default
     # keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): opt in only

@@ -4,7 +4,7 @@ Generated prose (prose.py) is easy to rank: a needle stands out from a small gra
 Real text is what users paste, and every Python install carries some: the language reference's
 topics (`pydoc_data.topics`, what `help('if')` prints) and the standard library's docstrings.
 Paragraphs are kept when they read as prose (long, nearly all letters, no code or doctest), so a
-number hidden among them is the only number there more often than not; the task checks it is.
+number hidden among them is the only number there more often than not; make_case checks it is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import inspect
 import re
 import warnings
 
-# Modules whose docstrings are long, plain English; all import on every platform.
+# Modules whose docstrings are long, plain English; all ship with CPython. The texts change a
+# little between Python versions, so results name the Python they ran on (bench.header).
 DOCSTRING_MODULES = (
     "argparse", "asyncio", "collections", "contextlib", "csv", "dataclasses", "datetime",
     "decimal", "difflib", "email", "enum", "fractions", "functools", "heapq", "http.client",

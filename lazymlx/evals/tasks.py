@@ -282,7 +282,13 @@ def make_case(task: str, tokenizer: TokenizerWrapper, length: int, seed: int) ->
         raise LazymlxError(
             f"{length} tokens is too short for the {task} task; use at least a few hundred tokens"
         )
-    return Case(task, length, seed, spec.text(count), spec.gold, spec.max_tokens, spec.depth)
+    text = spec.text(count)
+    if text.count(spec.gold) != 1:  # real text may hold the number already: a case must not
+        raise LazymlxError(
+            f"the {task} case for seed {seed} at {length} tokens holds its answer "
+            f"{text.count(spec.gold)} times; use another seed"
+        )
+    return Case(task, length, seed, text, spec.gold, spec.max_tokens, spec.depth)
 
 
 def _fit(tokens: Callable[[int], int], length: int) -> int | None:
