@@ -26,6 +26,9 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
   --output $results/schedules_4k.json
 .venv/bin/python benchmarks/strategies.py --study schedule --tasks passkey,docneedle \
   --lengths 8k --cases 1 --output $results/schedules_8k.json
+.venv/bin/python benchmarks/strategies.py --study schedule \
+  --tasks passkey,needle,docneedle,docfact --lengths 4k --cases 1 \
+  --only "late: 0.5@50% 0.5@80%" --output $results/schedules_4k_late.json
 
 # 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
 #    preset, passkey; then the accuracy suite (eval seeds) for every strategy.
