@@ -29,6 +29,10 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
 .venv/bin/python benchmarks/strategies.py --study schedule \
   --tasks passkey,needle,docneedle,docfact --lengths 4k --cases 1 \
   --only "late: 0.5@50% 0.5@80%" --output $results/schedules_4k_late.json
+.venv/bin/python benchmarks/strategies.py --study schedule \
+  --tasks passkey,needle,docneedle,docfact --lengths 4k --cases 1 \
+  --only "mid: 0.5@40% 0.5@80%,mid: 0.7@34% 0.5@54% 0.5@80%" \
+  --output $results/schedules_4k_mid.json
 
 # 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
 #    preset, passkey; then the accuracy suite (eval seeds) for every strategy.

@@ -51,6 +51,10 @@ def schedules() -> dict[str, LazyConfig]:
         "ratios + at most 1536 at 27%": replace(ratios, budgets=((0.27, 1536),)),
         "ratios + at most 1024 at 27%": replace(ratios, budgets=((0.27, 1024),)),
         "late: 0.5@50% 0.5@80%": replace(ratios, schedule=((0.5, 0.5), (0.8, 0.5))),
+        "mid: 0.5@40% 0.5@80%": replace(ratios, schedule=((0.4, 0.5), (0.8, 0.5))),
+        "mid: 0.7@34% 0.5@54% 0.5@80%": replace(
+            ratios, schedule=((0.34, 0.7), (0.54, 0.5), (0.8, 0.5))
+        ),
     }
 
 

@@ -178,7 +178,12 @@ def main() -> None:
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
         "selection rules at equal compute": lambda: strategies_table("selection_1k_2k.json"),
-        "length-aware budgets": lambda: strategies_table("schedules_4k.json", "schedules_8k.json"),
+        "length-aware budgets and later schedules": lambda: strategies_table(
+            "schedules_4k.json",
+            "schedules_8k.json",
+            "schedules_4k_late.json",
+            "schedules_4k_mid.json",
+        ),
         "chat soak": lambda: soak_table("soak.json"),
         "server TTFT overhead": lambda: server_overhead_table("server_overhead.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
