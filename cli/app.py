@@ -200,7 +200,7 @@ def generate(
     """Generate a completion for one prompt."""
     from lazymlx.cli.chat import stats_line
     from lazymlx.contexts import Context, load_context, new_cache, save_context
-    from lazymlx.generation import check_text, stream_generate
+    from lazymlx.generation import check_text, encode_prompt, stream_generate
 
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -221,8 +221,6 @@ def generate(
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt})
         tokens = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    from lazymlx.generation import encode_prompt
-
     tokens = encode_prompt(tokenizer, tokens).tolist()
     context = Context(new_cache(loaded_model, config))
     if prompt_cache_file and os.path.exists(prompt_cache_file):

@@ -140,6 +140,15 @@ def check_context(model: nn.Module, tokens_in_context: int) -> None:
         )
 
 
+def check_vocabulary(model: nn.Module, largest_id: int) -> None:
+    """Refuse a token id the model's embedding has no row for (it would read past the table)."""
+    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
+    if vocab and largest_id >= vocab:
+        raise LazymlxError(
+            f"token id {largest_id} is not in the model's vocabulary (0 to {vocab - 1})"
+        )
+
+
 def _sampling(
     temp: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float | None
 ) -> dict[str, Any]:
@@ -214,11 +223,8 @@ def _stream_generate(
             "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
         )
     check_context(model, tokens.size + cached_length(cache))
-    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
-    if vocab and tokens.size and (largest := tokens.max().item()) >= vocab:
-        raise LazymlxError(
-            f"token id {largest} is not in the model's vocabulary (0 to {vocab - 1})"
-        )
+    if tokens.size:
+        check_vocabulary(model, tokens.max().item())
     kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
     if lazy is not None:
         unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))

@@ -32,6 +32,7 @@ from lazymlx.generation import (
     Response,
     check_context,
     check_text,
+    check_vocabulary,
     encode_prompt,
     resolve_lazy,
     stream_generate,
@@ -184,11 +185,8 @@ class LLM:
         else:
             tokens = encode_prompt(self.tokenizer, prompt).tolist()
         check_context(self.model, len(tokens))
-        vocab = getattr(getattr(self.model, "args", None), "vocab_size", None)
-        if vocab and tokens and max(tokens) >= vocab:
-            raise LazymlxError(
-                f"token id {max(tokens)} is not in the model's vocabulary (0 to {vocab - 1})"
-            )
+        if tokens:
+            check_vocabulary(self.model, max(tokens))
         if max_tokens < 1:
             raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
         unknown = sorted(set(options) - REQUEST_OPTIONS)

@@ -107,14 +107,17 @@ def passkey(rng: random.Random, seed: int) -> _Spec:
     )
 
 
-def needle(rng: random.Random, seed: int) -> _Spec:
+def _magic_number(
+    rng: random.Random, seed: int, units: Callable[[int], Callable[[int], list[str]]], head: str
+) -> _Spec:
+    """A special magic number for a city hidden in a haystack; `units` makes the haystack from a
+    seed drawn after the number and city, so every needle task draws in the same order."""
     number, city = _number(rng, 7), rng.choice(("Lisbon", "Oslo", "Quito", "Hanoi", "Tunis"))
     depth = DEPTHS[seed % len(DEPTHS)]
-    prose_seed = rng.randrange(2**32)
     return _Spec(
-        units=lambda n: sentences(random.Random(prose_seed), n),
+        units=units(rng.randrange(2**32)),
         needles=[(depth, f"The special magic number for {city} is {number}.")],
-        head="Read the story below; a special magic number is hidden in it.\n\n",
+        head=head,
         question=(
             f"\n\nWhat is the special magic number for {city}? "
             f"The special magic number for {city} is"
@@ -122,6 +125,15 @@ def needle(rng: random.Random, seed: int) -> _Spec:
         gold=number,
         max_tokens=10,
         depth=depth,
+    )
+
+
+def needle(rng: random.Random, seed: int) -> _Spec:
+    return _magic_number(
+        rng,
+        seed,
+        lambda prose_seed: lambda n: sentences(random.Random(prose_seed), n),
+        "Read the story below; a special magic number is hidden in it.\n\n",
     )
 
 
@@ -135,19 +147,11 @@ def _real_prose(paragraphs: tuple[str, ...], seed: int) -> Callable[[int], list[
 
 
 def docneedle(rng: random.Random, seed: int) -> _Spec:
-    number, city = _number(rng, 7), rng.choice(("Lisbon", "Oslo", "Quito", "Hanoi", "Tunis"))
-    depth = DEPTHS[seed % len(DEPTHS)]
-    return _Spec(
-        units=_real_prose(reference_paragraphs(), rng.randrange(2**32)),
-        needles=[(depth, f"The special magic number for {city} is {number}.")],
-        head="Read the documentation below; a special magic number is hidden in it.\n\n",
-        question=(
-            f"\n\nWhat is the special magic number for {city}? "
-            f"The special magic number for {city} is"
-        ),
-        gold=number,
-        max_tokens=10,
-        depth=depth,
+    return _magic_number(
+        rng,
+        seed,
+        lambda order_seed: _real_prose(reference_paragraphs(), order_seed),
+        "Read the documentation below; a special magic number is hidden in it.\n\n",
     )
 
 
