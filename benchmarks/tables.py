@@ -147,6 +147,25 @@ def strategies_table(*names: str) -> str:
     return "\n".join(lines)
 
 
+def answer_rank_table(name: str) -> str:
+    """answer_rank.py: per layer and rule, the share a prune there must keep to keep every answer
+    (worst case over all cases, and the mean); the rows a good schedule prunes at stand out."""
+    cases = load(name)["cases"]
+    rules = list(cases[0]["needed"])
+    lines = [
+        "| layer | " + " | ".join(f"{rule}: worst | mean" for rule in rules) + " |",
+        "|---|" + "---|---|" * len(rules),
+    ]
+    for layer in range(len(cases[0]["needed"][rules[0]])):
+        cells = []
+        for rule in rules:
+            shares = [case["needed"][rule][layer] for case in cases]
+            cells.append(f"{max(shares):.0%} | {sum(shares) / len(shares):.1%}")
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    lengths = sorted({case["length"] for case in cases})
+    return "\n".join(lines) + f"\n\n{len(cases)} cases, lengths {lengths}."
+
+
 def soak_table(name: str) -> str:
     data = load(name)
     lines = [
@@ -184,6 +203,7 @@ def main() -> None:
             "schedules_4k_late.json",
             "schedules_4k_mid.json",
         ),
+        "where the answer ranks, per layer": lambda: answer_rank_table("answer_rank_1k_4k.json"),
         "chat soak": lambda: soak_table("soak.json"),
         "server TTFT overhead": lambda: server_overhead_table("server_overhead.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),
