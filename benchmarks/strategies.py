@@ -58,7 +58,20 @@ def schedules() -> dict[str, LazyConfig]:
     }
 
 
-STUDIES = {"selection": selection_rules, "schedule": schedules}
+def layer_schedules() -> dict[str, LazyConfig]:
+    """Schedules that prune only at the layers where the answer ranks high (answer_rank.py):
+    on SmolLM2-135M layer 7 of 30 (depth 0.24) is the one early layer whose ranking holds every
+    answer in its top 36%, and layers 17-18 (0.57-0.6) hold them in their top 4%."""
+    rule = replace(PAPER, window=8, pool=8)
+    return {
+        "7:50% 17:20%": replace(rule, schedule=((0.24, 0.5), (0.57, 0.2))),
+        "7:40% 17:25%": replace(rule, schedule=((0.24, 0.4), (0.57, 0.25))),
+        "7:50% 17:40% 20:50%": replace(rule, schedule=((0.24, 0.5), (0.57, 0.4), (0.67, 0.5))),
+        "17:10%": replace(rule, schedule=((0.57, 0.1),)),
+    }
+
+
+STUDIES = {"selection": selection_rules, "schedule": schedules, "layers": layer_schedules}
 
 
 def kept_answers(records: list) -> list[dict]:

@@ -25,6 +25,7 @@ from lazymlx.evals.tasks import make_case
 from lazymlx.generation import encode_prompt
 from lazymlx.measure import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.platform import backend, blas_name, device_name
+from lazymlx.prompts import holds_answer
 
 PROMPT_KINDS = ("passkey", "random")
 WARMUP_TOKENS = 256
@@ -122,6 +123,7 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -> dict:
     ttft, ttft_std = _mean_std([r.ttft_s for r in runs])
     first = runs[0]
+    right = None if prompt.answer is None else holds_answer(first.text, prompt.answer)
     return {
         "mode": mode,
         "prompt_tokens": first.prompt_tokens,
@@ -134,7 +136,7 @@ def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -
         "compute_fraction": first.compute_fraction,
         "speedup": statistics.mean(r.ttft_s for r in baseline) / ttft,
         "answer_matches_baseline": all(r.tokens == baseline[0].tokens for r in runs),
-        "answer_correct": None if prompt.answer is None else prompt.answer in first.text,
+        "answer_correct": right,
         "repeats": len(runs),
         "text": first.text,
     }

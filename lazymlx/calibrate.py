@@ -22,8 +22,12 @@ from lazymlx.evals.runner import Record, evaluate, summarize
 from lazymlx.evals.tasks import Case
 from lazymlx.measure import BASELINE, Strategy
 
-# Few pruning layers and none early (the design note's finding); from aggressive to gentle.
+# Few pruning layers and none early (the design note's finding); from aggressive to gentle. The
+# first two prune at the layers where SmolLM2-135M ranks answers best (benchmarks/answer_rank.py
+# finds a model's own); the rest at evenly spread depths.
 CANDIDATES: tuple[tuple[tuple[float, float], ...], ...] = (
+    ((0.24, 0.4), (0.57, 0.25)),
+    ((0.24, 0.5), (0.57, 0.2)),
     ((0.2, 0.5), (0.5, 0.5), (0.8, 0.5)),
     ((0.27, 0.5), (0.54, 0.5), (0.8, 0.5)),
     ((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)),

@@ -7,6 +7,7 @@ SmolLM2-135M answers it through a raw prompt, not through its chat template).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -16,6 +17,15 @@ FILLER = (
 )
 
 
+def holds_answer(output: str, answer: str) -> bool:
+    """The answer appears whole in the output: "4473263." holds 4473263, "44732632" does not.
+
+    Plain containment (RULER's string match) would score a number run on by extra digits as
+    right, and pruning that loses where a number ends does exactly that.
+    """
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(answer)}(?![0-9A-Za-z])", output) is not None
+
+
 @dataclass(frozen=True)
 class RetrievalPrompt:
     text: str
@@ -23,7 +33,7 @@ class RetrievalPrompt:
     depth: float  # where the key line sits in the filler: 0 = first, 1 = last
 
     def correct(self, output: str) -> bool:
-        return self.answer in output
+        return holds_answer(output, self.answer)
 
 
 def passkey_prompt(

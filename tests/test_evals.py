@@ -66,6 +66,9 @@ def test_scoring(tiny):
     case = make_case("passkey", tokenizer, 600, 0)
     assert correct(case, f" {case.gold}. Remember")
     assert not correct(case, f" {case.gold[:-1]}")
+    assert not correct(case, f" {case.gold}2.")  # a number run on by a digit is a wrong number
+    assert not correct(case, f"1{case.gold}")
+    assert correct(case, f'"{case.gold}"\n')
     assert agrees([1, 2, 3, 9], [1, 2, 3, 4], first=3)
     assert not agrees([1, 2, 3, 9], [1, 2, 3, 4], first=4)
     assert agrees([1, 2], [1, 2], first=8)  # both stopped early, the same way

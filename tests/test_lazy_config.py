@@ -39,7 +39,8 @@ def test_presets():
     assert not LazyConfig.preset("off").prunes
     default = LazyConfig.preset("default")
     assert default.prunes
-    assert min(depth for depth, _ in default.schedule) >= 0.25  # nothing pruned before 25% depth
+    # the first fifth of the layers never prune: pruning there destroys retrieval (design note)
+    assert min(depth for depth, _ in default.schedule) >= 0.2
     with pytest.raises(
         LazymlxError, match="unknown lazy preset 'fast'; choose one of: off, default"
     ):

@@ -8,7 +8,8 @@ AGREE_TOKENS = 8  # the answers of these tasks fit in 8 tokens, except a UUID's 
 
 
 def correct(case: Case, text: str) -> bool:
-    """Right when the generated text contains the gold value (RULER's string-match scoring)."""
+    """Right when the gold value appears whole in the generated text (RULER's string match,
+    with no letter or digit run on at either end)."""
     return case.correct(text)
 
 

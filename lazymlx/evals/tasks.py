@@ -29,7 +29,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.prose import NAMES, sentences
 from lazymlx.evals.realtext import docstring_paragraphs, reference_paragraphs, split_sentences
-from lazymlx.prompts import FILLER
+from lazymlx.prompts import FILLER, holds_answer
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 NOISE = FILLER.strip()  # the classic grass/sky filler, one repetition per haystack unit
@@ -41,7 +41,8 @@ WORDS = (
 
 @dataclass(frozen=True)
 class Case:
-    """One prompt with its gold answer; `correct` is the suite's scoring (answer contains gold)."""
+    """One prompt with its gold answer; `correct` is the suite's scoring (the gold appears whole
+    in the answer)."""
 
     task: str
     length: int  # the target: the prompt has at most this many tokens
@@ -52,7 +53,7 @@ class Case:
     depth: float  # where the answer sits, 0 = start of the haystack, 1 = end
 
     def correct(self, output: str) -> bool:
-        return self.gold in output
+        return holds_answer(output, self.gold)
 
 
 @dataclass
