@@ -19,7 +19,9 @@ from dataclasses import asdict, replace
 
 from lazymlx import LazyConfig
 from lazymlx.bench import header
+from lazymlx.calibrate import schedule_label
 from lazymlx.cli.app import load_model
+from lazymlx.config import DERIVED
 from lazymlx.evals.runner import CALIBRATION_SEED, evaluate, make_cases, records_as_dicts
 from lazymlx.evals.tasks import parse_tasks
 from lazymlx.lengths import parse_lengths
@@ -71,7 +73,46 @@ def layer_schedules() -> dict[str, LazyConfig]:
     }
 
 
-STUDIES = {"selection": selection_rules, "schedule": schedules, "layers": layer_schedules}
+def spans() -> dict[str, LazyConfig]:
+    """The span (pool) at the shipped schedule: too short a span drops the period that ends a
+    number, and the model runs it on by extra digits."""
+    default = LazyConfig.preset("default")
+    return {f"span {pool}": replace(default, pool=pool) for pool in (8, 12, 16, 24)}
+
+
+def tradeoff() -> dict[str, LazyConfig]:
+    """Every rule at four schedules, for the speed–accuracy plot (plot_tradeoff.py): the default's
+    rule, LazyLLM's, and the paper's static and random baselines; the shipped schedule, a harsher
+    one, a gentler one (keep-all to layer 17) and the earlier default (layers 8, 16, 24)."""
+    default = LazyConfig.preset("default")
+    rules = {
+        "default rule": default,
+        "paper rule": DERIVED["paper"](default),
+        "static": DERIVED["static"](default),
+        "random": DERIVED["random"](default),
+    }
+    schedules = (
+        default.schedule,
+        ((0.24, 0.25), (0.57, 0.2)),
+        ((0.57, 0.1),),
+        ((0.27, 0.6), (0.54, 0.5), (0.8, 0.5)),
+    )
+    return {
+        f"{rule} @ {schedule_label(replace(config, schedule=schedule))}": replace(
+            config, schedule=schedule
+        )
+        for rule, config in rules.items()
+        for schedule in schedules
+    }
+
+
+STUDIES = {
+    "selection": selection_rules,
+    "schedule": schedules,
+    "layers": layer_schedules,
+    "spans": spans,
+    "tradeoff": tradeoff,
+}
 
 
 def kept_answers(records: list) -> list[dict]:
