@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every number in benchmarks/README.md, in the order they were made (run from the repository root
 # after `make setup openblas model`; one job at a time: two cores, and parallel timings lie).
-# Takes about 1.5 hours on a 2-core Xeon with MLX's CPU backend; minutes on an M-series Mac.
+# Takes about 3.5 hours on a 2-core Xeon with MLX's CPU backend; minutes on an M-series Mac.
 # Steps 2-5 are engine v2's; step 1 (the schedule) was calibrated with engine v1, whose
 # prompt step prunes exactly as v2's does (with LazyLLM's last-token rule, then the default).
 set -euo pipefail
@@ -14,7 +14,6 @@ lazymlx=.venv/bin/lazymlx
 $lazymlx calibrate --lengths 1k,2k --cases 1 --selections attention,static,random \
   --output json > $results/calibrate.json
 $lazymlx calibrate --records $results/calibrate.json --name default  # the decision, re-made
-.venv/bin/python benchmarks/plot_tradeoff.py $results/calibrate.json $results/tradeoff.png
 
 # 2. Selection rules at equal compute (the default schedule, held-out calibration seeds), and
 #    length-aware token budgets against ratios at 4k and 8k (the winning rule).
@@ -34,14 +33,35 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
   --only "mid: 0.5@40% 0.5@80%,mid: 0.7@34% 0.5@54% 0.5@80%" \
   --output $results/schedules_4k_mid.json
 
+# 2b. Where each layer's ranking puts the answer (keep-all runs, held-out seeds), the schedules
+#     that prune at the best layers, and the span at the shipped schedule.
+.venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \
+  --output $results/answer_rank_1k_4k.json
+.venv/bin/python benchmarks/strategies.py --study layers --lengths 1k,2k --cases 2 \
+  --output $results/layers_1k_2k.json
+.venv/bin/python benchmarks/strategies.py --study layers \
+  --tasks passkey,needle,docneedle,docfact,multikey --lengths 4k --cases 1 \
+  --only "7:50% 17:20%,7:40% 17:25%" --output $results/layers_4k.json
+
+.venv/bin/python benchmarks/strategies.py --study spans --tasks needle,docneedle \
+  --lengths 1k,2k --cases 2 --output $results/spans_1k_2k.json
+# every rule (default, LazyLLM's, static, random) at four schedules: the speed-accuracy plot
+.venv/bin/python benchmarks/strategies.py --study tradeoff --lengths 1k --cases 1 \
+  --output $results/tradeoff_1k.json
+.venv/bin/python benchmarks/plot_tradeoff.py $results/tradeoff_1k.json $results/tradeoff.png
+
 # 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
-#    preset, passkey; then the accuracy suite (eval seeds) for every strategy.
+#    preset, passkey; then the accuracy suite (eval seeds): every strategy at 1k-2k, the
+#    default at 4k and (the tasks the baseline can answer there) 8k.
+$lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,paper,static,random \
+  --output json > $results/eval_1k_2k.json
+$lazymlx eval --task all --lengths 4k --cases 1 --lazy default --output json > $results/eval_4k.json
+$lazymlx eval --task passkey,needle,docneedle,docfact --lengths 8k --cases 1 --lazy default \
+  --output json > $results/eval_8k.json
 $lazymlx bench --prompt-len 2k --lazy default,paper,long --gen-len 64 --repeats 3 \
   --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,long --gen-len 64 \
   --output json > $results/bench_8k.json
-$lazymlx eval --task all --lengths 1k,2k --cases 1 --lazy default,paper,sparse,static,random \
-  --output json > $results/eval_1k_2k.json
 
 # 3b. Apps: a 200-turn chat on the real model (memory every 50 turns), and what the HTTP server
 #     adds to the first token over the Python API.

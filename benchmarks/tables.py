@@ -192,8 +192,12 @@ def server_overhead_table(name: str) -> str:
 
 def main() -> None:
     sections = {
-        "TTFT, decode, memory (bench)": lambda: bench_table("bench_2k.json", "bench_8k.json"),
+        "TTFT, decode, memory (bench)": lambda: bench_table(
+            "bench_2k.json", "bench_8k.json", "bench_8k_repeat.json"
+        ),
         "accuracy per strategy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "accuracy at 4k (eval)": lambda: eval_table("eval_4k.json"),
+        "accuracy at 8k (eval)": lambda: eval_table("eval_8k.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
         "selection rules at equal compute": lambda: strategies_table("selection_1k_2k.json"),
@@ -202,6 +206,13 @@ def main() -> None:
             "schedules_8k.json",
             "schedules_4k_late.json",
             "schedules_4k_mid.json",
+        ),
+        "schedules at the layers that rank answers best": lambda: strategies_table(
+            "layers_1k_2k.json", "layers_4k.json"
+        ),
+        "span at the shipped schedule": lambda: strategies_table("spans_1k_2k.json"),
+        "every rule at four schedules (the plot's points)": lambda: strategies_table(
+            "tradeoff_1k.json"
         ),
         "where the answer ranks, per layer": lambda: answer_rank_table("answer_rank_1k_4k.json"),
         "chat soak": lambda: soak_table("soak.json"),

@@ -201,15 +201,16 @@ PRESETS: dict[str, LazyConfig] = {
     # (depth 0.24) is the one early layer whose ranking holds every answer in its top 36%, and
     # layers 17-18 (0.57-0.6) hold them in their top 16% (4% for the needles); the layers the
     # earlier schedule pruned at (8 and 16) rank the real-text needles near the bottom. Keeping
-    # 40% after layer 7 and a quarter of those after layer 17 (44% of the prefill work) kept 18
-    # of the baseline's 19 right answers at 1k-2k and all 4 at 4k on the calibration cases
+    # 40% after layer 7 and a quarter of those after layer 17 (44% of the prefill work) kept 19
+    # of the baseline's 20 right answers at 1k-2k and all 4 at 4k on the calibration cases
     # (benchmarks/results/layers_*.json); the one loss, a 36-character UUID, is lost by keep-all
     # to layer 17 as well.
     # Scored by the last 8 prompt tokens' attention (benchmarks/results/selection_1k_2k.json: at
     # one schedule, so the same compute, window 8 with a span kept 8 of the baseline's 10 right
     # answers at 1k where LazyLLM's last-token rule kept 6), each chosen token taking its next 12
     # along: with 8, magic numbers ran on by extra digits ("44732632." for 4473263) because the
-    # period that ends them was dropped; 12 answered all 4 such calibration cases exactly.
+    # period that ends them was dropped; on the needle calibration cases at 1k-2k span 8 kept 4
+    # of the baseline's 8 answers, spans 12, 16 and 24 all 8 (benchmarks/results/spans_1k_2k.json).
     # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
     # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
     # "sparse" answered 5. Prompts under 256 tokens run whole: pruning them changed the first
