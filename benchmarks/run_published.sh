@@ -58,6 +58,8 @@ $lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,paper,static,r
 $lazymlx eval --task all --lengths 4k --cases 1 --lazy default --output json > $results/eval_4k.json
 $lazymlx eval --task passkey,needle,docneedle,docfact --lengths 8k --cases 1 --lazy default \
   --output json > $results/eval_8k.json
+$lazymlx eval --task passkey,needle --lengths 8k --cases 1 --lazy long \
+  --output json > $results/eval_8k_long.json
 $lazymlx bench --prompt-len 2k --lazy default,paper,long --gen-len 64 --repeats 3 \
   --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,long --gen-len 64 \

@@ -198,6 +198,7 @@ def main() -> None:
         "accuracy per strategy (eval)": lambda: eval_table("eval_1k_2k.json"),
         "accuracy at 4k (eval)": lambda: eval_table("eval_4k.json"),
         "accuracy at 8k (eval)": lambda: eval_table("eval_8k.json"),
+        "accuracy at 8k, the long preset (eval)": lambda: eval_table("eval_8k_long.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
         "selection rules at equal compute": lambda: strategies_table("selection_1k_2k.json"),
