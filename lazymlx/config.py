@@ -232,6 +232,13 @@ def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     return replace(config, selection=selection, decode="sparse")
 
 
+def first_pruning_depth(config: LazyConfig) -> float:
+    """Where a config first prunes (the built-in default's depth if it never does)."""
+    depths = [depth for depth, ratio in config.schedule if ratio < 1]
+    depths += [depth for depth, _ in config.budgets]
+    return min(depths, default=PRESETS["default"].schedule[0][0])
+
+
 # Presets defined from the default, so they follow a model's calibrated default too.
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda default: replace(default, decode="sparse"),
@@ -241,7 +248,9 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     # beyond ~2.5k tokens save more the longer they are; faster, and measured to lose answers
     # the default keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): the
     # answer's rank at that layer grows with the prompt, so a fixed budget drops it; opt in only
-    "long": lambda default: replace(default, budgets=((default.schedule[0][0], 1024),)),
+    "long": lambda default: replace(
+        default, budgets=(*default.budgets, (first_pruning_depth(default), 1024))
+    ),
     "static": lambda default: baseline_variant(default, "static"),
     "random": lambda default: baseline_variant(default, "random"),
 }

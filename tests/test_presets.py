@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.config import PRESETS
+from lazymlx.config import DERIVED, PRESETS
 from lazymlx.errors import LazymlxError
 from lazymlx.presets import (
     config_from_dict,
@@ -76,3 +76,12 @@ def test_presets_saved_before_engine_v2_keep_working():
     assert config_from_dict({"decode": "full"}).decode == "sparse"
     assert config_from_dict({"decode": "lazy"}).decode == "revive"
     assert config_from_dict({}) == LazyConfig()
+
+
+def test_long_budgets_the_first_pruning_layer_of_any_default():
+    built_in = DERIVED["long"](LazyConfig.preset("default"))
+    assert built_in.budgets == ((LazyConfig.preset("default").schedule[0][0], 1024),)
+    late = DERIVED["long"](LazyConfig(schedule=((0.5, 1.0), (0.6, 0.5))))
+    assert late.budgets == ((0.6, 1024),)  # a ratio of 1 prunes nothing
+    keep_all = DERIVED["long"](LazyConfig())
+    assert keep_all.prunes and keep_all.budgets[0][1] == 1024
