@@ -6,11 +6,12 @@ gold answer's tokens fall. `needed` is the share of the prompt a prune at that l
 every answer token to survive (1.0: the answer ranks last; 0.001: it is among the very first
 picks). A schedule whose first prune at depth d keeps a share r can only keep an answer if
 needed(d) <= r, so the curve of needed over depth, across cases, bounds every schedule built on
-that rule (later prunes only add risk). Rules: the paper's (last token, head mean), the default's
-(last 8 tokens, span 8), and a cumulative one (the default's scores summed over layers so far).
+that rule (later prunes only add risk). Rules: the paper's (last token, head mean), the window
+rule (last 8 tokens, span 8: the default's rule when this study chose the default's layers; it
+now uses span 12), and a cumulative one (the window rule's scores summed over layers so far).
 
     .venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \\
-        --output benchmarks/results/answer_rank.json
+        --output benchmarks/results/answer_rank_1k_4k.json
 """
 
 from __future__ import annotations
