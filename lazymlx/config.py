@@ -27,14 +27,18 @@ HEAD_REDUCTIONS = ("mean", "max")
 
 
 class Keep(NamedTuple):
-    """What one pruning layer keeps of the tokens reaching it: ceil(ratio × n), at most budget."""
+    """What one pruning layer keeps of the n tokens reaching it: ceil(ratio × n), at most budget,
+    yet never fewer than ceil(floor × n)."""
 
     ratio: float = 1.0
     budget: int | None = None
+    floor: float = 0.0
 
     def count(self, present: int) -> int:
         kept = math.ceil(self.ratio * present)
-        return kept if self.budget is None else min(kept, self.budget)
+        if self.budget is not None:
+            kept = min(kept, self.budget)
+        return max(kept, math.ceil(self.floor * present))
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class LazyConfig:
         tokens go on, whatever the ratios allow. Ratios prune the same share at every length; a
         budget makes the saving grow with the prompt (FastKV, GemFilter), so long prompts get
         the largest speedup while short ones are ruled by the ratios alone.
+    floors: (depth fraction, ratio) pairs: at that depth a budget never cuts below that share
+        of the tokens present. The tokens an answer needs grow with the prompt, more slowly
+        than the prompt (benchmarks/answer_rank.py), so a budget alone drops answers on long
+        prompts; a floor bounds how far the share may fall.
     keep_first: the first tokens (attention sinks) are never pruned.
     keep_last: the step's last tokens (the question, the recent window) are never pruned; the
         very last token always goes on.
@@ -73,6 +81,7 @@ class LazyConfig:
 
     schedule: tuple[tuple[float, float], ...] = ()
     budgets: tuple[tuple[float, int], ...] = ()
+    floors: tuple[tuple[float, float], ...] = ()
     keep_first: int = 0
     keep_last: int = 0
     window: int = 1
@@ -106,6 +115,12 @@ class LazyConfig:
                 raise LazymlxError(f"budget depth must be in [0, 1), got {depth}")
             if tokens < 1:
                 raise LazymlxError(f"token budget must be >= 1, got {tokens}")
+        floors = _pairs(self.floors, float, "floors", "(depth, floor ratio)")
+        for depth, ratio in floors:
+            if not 0 <= depth < 1:
+                raise LazymlxError(f"floor depth must be in [0, 1), got {depth}")
+            if not 0 < ratio <= 1:
+                raise LazymlxError(f"floor ratio must be in (0, 1], got {ratio}")
         for name in ("keep_first", "keep_last", "pool"):
             if getattr(self, name) < 0:
                 raise LazymlxError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -131,6 +146,7 @@ class LazyConfig:
             )
         object.__setattr__(self, "schedule", pairs)
         object.__setattr__(self, "budgets", budgets)
+        object.__setattr__(self, "floors", floors)
 
     @classmethod
     def preset(cls, name: str) -> LazyConfig:
@@ -145,8 +161,9 @@ class LazyConfig:
     def pruning_layers(self, num_layers: int) -> dict[int, Keep]:
         """Layer index → what it keeps, for a model with `num_layers` layers.
 
-        Two ratios landing on the same layer compound and two budgets take the smaller; pruning at
-        the last layer would select tokens for no deeper layer, so it is dropped.
+        Two ratios landing on the same layer compound, two budgets take the smaller and two
+        floors the larger; pruning at the last layer would select tokens for no deeper layer, so
+        it is dropped (a floor on a layer that does not prune changes nothing).
         """
         layers: dict[int, Keep] = {}
         for depth, ratio in self.schedule:
@@ -160,6 +177,10 @@ class LazyConfig:
                 keep = layers.get(layer, Keep())
                 budget = tokens if keep.budget is None else min(keep.budget, tokens)
                 layers[layer] = keep._replace(budget=budget)
+        for depth, ratio in self.floors:
+            layer = math.floor(depth * num_layers)
+            if layer in layers:
+                layers[layer] = layers[layer]._replace(floor=max(layers[layer].floor, ratio))
         return layers
 
     def describe(self) -> str:
@@ -167,6 +188,7 @@ class LazyConfig:
             return "keep all tokens"
         steps = [f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule]
         steps += [f"at most {tokens} at {depth:.0%}" for depth, tokens in self.budgets]
+        steps += [f"at least {ratio:.0%} at {depth:.0%}" for depth, ratio in self.floors]
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
         sinks += f", last {self.keep_last} kept" if self.keep_last else ""
         if self.min_prompt:
@@ -218,6 +240,8 @@ PRESETS: dict[str, LazyConfig] = {
     # (128-255 tokens, on average) on a 2-core CPU (benchmarks/results/short_prompts.json).
     "default": LazyConfig(
         schedule=((0.24, 0.4), (0.57, 0.25)),
+        budgets=((0.24, 2048),),
+        floors=((0.24, 0.25),),
         decode="revive",
         min_prompt=256,
         window=8,
@@ -239,18 +263,24 @@ def first_pruning_depth(config: LazyConfig) -> float:
     return min(depths, default=PRESETS["default"].schedule[0][0])
 
 
+def long_variant(config: LazyConfig, budget: int) -> LazyConfig:
+    """At most `budget` tokens past the config's first pruning layer (its own budget there
+    replaced), with no floor."""
+    depth = first_pruning_depth(config)
+    budgets = [(d, tokens) for d, tokens in config.budgets if d != depth] + [(depth, budget)]
+    return replace(config, budgets=tuple(budgets), floors=())
+
+
 # Presets defined from the default, so they follow a model's calibrated default too.
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda default: replace(default, decode="sparse"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
     "paper": lambda default: replace(default, window=1, pool=0, heads="mean", keep_last=0),
-    # plus a token budget: at most 1,024 tokens go past the first pruning layer, so prompts
-    # beyond ~2.5k tokens save more the longer they are; faster, and measured to lose answers
-    # the default keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): the
-    # answer's rank at that layer grows with the prompt, so a fixed budget drops it; opt in only
-    "long": lambda default: replace(
-        default, budgets=(*default.budgets, (first_pruning_depth(default), 1024))
-    ),
+    # at most 1,024 tokens past the first pruning layer, with no floor, so prompts beyond ~2.5k
+    # tokens save more the longer they are; faster, and measured to lose answers the default
+    # keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): the answer's rank
+    # at that layer grows with the prompt, so a budget without a floor drops it; opt in only
+    "long": lambda default: long_variant(default, 1024),
     "static": lambda default: baseline_variant(default, "static"),
     "random": lambda default: baseline_variant(default, "random"),
 }

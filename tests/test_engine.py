@@ -201,6 +201,7 @@ PROPERTY_MODEL = None
     selection=st.sampled_from(SELECTIONS),
     chunk=st.sampled_from([7, 2048]),
     budgets=st.lists(st.tuples(st.floats(0, 0.99), st.integers(1, 60)), max_size=2),
+    floors=st.lists(st.tuples(st.floats(0, 0.99), st.floats(0.01, 1)), max_size=1),
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
     heads=st.sampled_from(HEAD_REDUCTIONS),
 )
@@ -215,6 +216,7 @@ def test_random_schedules_keep_every_invariant(
     selection,
     chunk,
     budgets,
+    floors,
     scoring,
     heads,
 ):
@@ -227,6 +229,7 @@ def test_random_schedules_keep_every_invariant(
         revive=revive,
         selection=selection,
         budgets=tuple(budgets),
+        floors=tuple(floors),
         window=scoring[0],
         pool=scoring[1],
         keep_last=scoring[2],

@@ -23,6 +23,9 @@ from lazymlx.errors import LazymlxError
         ({"min_prompt": -1}, "min_prompt must be >= 0, got -1"),
         ({"budgets": ((0.5, 0),)}, "token budget must be >= 1, got 0"),
         ({"budgets": ((1.2, 10),)}, r"budget depth must be in \[0, 1\), got 1.2"),
+        ({"floors": ((0.5, 0.0),)}, r"floor ratio must be in \(0, 1\], got 0.0"),
+        ({"floors": ((1.0, 0.5),)}, r"floor depth must be in \[0, 1\), got 1.0"),
+        ({"floors": "deep"}, "floors must be a list of \\(depth, floor ratio\\) pairs"),
         ({"window": 0}, "window must be >= 1, got 0"),
         ({"pool": -1}, "pool must be >= 0, got -1"),
         ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
@@ -66,3 +69,16 @@ def test_budgets_cap_the_kept_tokens_so_the_saving_grows_with_length():
     assert [layers[3].count(n) for n in (100, 2000, 8000)] == [50, 1000, 1000]
     assert layers[6].count(150) == 150 and layers[6].count(1000) == 200
     assert "at most 1000 at 30%" in config.describe()
+
+
+def test_floors_stop_a_budget_cutting_long_prompts_below_a_share():
+    config = LazyConfig(
+        schedule=((0.3, 0.4),), budgets=((0.3, 2048),), floors=((0.3, 0.25), (0.3, 0.2), (0.6, 0.5))
+    )
+    layers = config.pruning_layers(10)
+    assert layers == {3: Keep(0.4, 2048, 0.25)}  # the larger floor; none where nothing prunes
+    # the ratio up to 5k tokens, then the budget, then the floor: 25% of 16k is 4096
+    assert [layers[3].count(n) for n in (1024, 4096, 6000, 8192, 16384)] == [
+        410, 1639, 2048, 2048, 4096,
+    ]  # fmt: skip
+    assert "at least 25% at 30%" in config.describe()

@@ -80,7 +80,9 @@ def test_presets_saved_before_engine_v2_keep_working():
 
 def test_long_budgets_the_first_pruning_layer_of_any_default():
     built_in = DERIVED["long"](LazyConfig.preset("default"))
+    # the default's own budget there is replaced and its floor dropped
     assert built_in.budgets == ((LazyConfig.preset("default").schedule[0][0], 1024),)
+    assert built_in.floors == () and built_in.pruning_layers(30)[7].count(8192) == 1024
     late = DERIVED["long"](LazyConfig(schedule=((0.5, 1.0), (0.6, 0.5))))
     assert late.budgets == ((0.6, 1024),)  # a ratio of 1 prunes nothing
     keep_all = DERIVED["long"](LazyConfig())
