@@ -27,7 +27,10 @@ from lazymlx.evals.tasks import parse_tasks
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
 
-PAPER = replace(LazyConfig.preset("default"), window=1, pool=0, keep_last=0, heads="mean")
+# The studies compare ratio schedules at 1k-4k, so the default's length-aware first prune (a
+# budget and floor that bind only past ~5k tokens) is left out of them.
+RATIOS = replace(LazyConfig.preset("default"), budgets=(), floors=())
+PAPER = replace(RATIOS, window=1, pool=0, keep_last=0, heads="mean")
 
 
 def selection_rules() -> dict[str, LazyConfig]:
@@ -76,15 +79,14 @@ def layer_schedules() -> dict[str, LazyConfig]:
 def spans() -> dict[str, LazyConfig]:
     """The span (pool) at the shipped schedule: too short a span drops the period that ends a
     number, and the model runs it on by extra digits."""
-    default = LazyConfig.preset("default")
-    return {f"span {pool}": replace(default, pool=pool) for pool in (8, 12, 16, 24)}
+    return {f"span {pool}": replace(RATIOS, pool=pool) for pool in (8, 12, 16, 24)}
 
 
 def tradeoff() -> dict[str, LazyConfig]:
     """Every rule at four schedules, for the speed–accuracy plot (plot_tradeoff.py): the default's
     rule, LazyLLM's, and the paper's static and random baselines; the shipped schedule, a harsher
     one, a gentler one (keep-all to layer 17) and the earlier default (layers 8, 16, 24)."""
-    default = LazyConfig.preset("default")
+    default = RATIOS
     rules = {
         "default rule": default,
         "paper rule": DERIVED["paper"](default),

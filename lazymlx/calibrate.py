@@ -11,12 +11,12 @@ strategies at every candidate schedule, which is what the speed–accuracy plot 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.config import PRESETS, SELECTIONS, LazyConfig, baseline_variant
+from lazymlx.config import PRESETS, SELECTIONS, LazyConfig, baseline_variant, reschedule
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.runner import Record, evaluate, summarize
 from lazymlx.evals.tasks import Case
@@ -27,6 +27,7 @@ from lazymlx.measure import BASELINE, Strategy
 # finds a model's own); the rest at evenly spread depths.
 CANDIDATES: tuple[tuple[tuple[float, float], ...], ...] = (
     ((0.24, 0.4), (0.57, 0.25)),
+    ((0.24, 0.4), (0.57, 0.4)),
     ((0.24, 0.5), (0.57, 0.2)),
     ((0.2, 0.5), (0.5, 0.5), (0.8, 0.5)),
     ((0.27, 0.5), (0.54, 0.5), (0.8, 0.5)),
@@ -47,7 +48,8 @@ def candidate_strategies(
 ) -> list[Strategy]:
     strategies = []
     for schedule in schedules:
-        lazy = replace(PRESETS["default"], schedule=schedule)  # decoded as the default is
+        # scored, decoded and length-aware as the default is
+        lazy = reschedule(PRESETS["default"], schedule)
         for selection in selections:
             config = lazy if selection == "attention" else baseline_variant(lazy, selection)
             strategies.append(Strategy(f"{selection}: {schedule_label(lazy)}", config))

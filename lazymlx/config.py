@@ -233,13 +233,17 @@ PRESETS: dict[str, LazyConfig] = {
     # along: with 8, magic numbers ran on by extra digits ("44732632." for 4473263) because the
     # period that ends them was dropped; on the needle calibration cases at 1k-2k span 8 kept 4
     # of the baseline's 8 answers, spans 12, 16 and 24 all 8 (benchmarks/results/spans_1k_2k.json).
+    # On long prompts the first prune keeps at most 2,048 tokens, never under 25%: prompts to
+    # ~5k tokens prune as above, 8k keeps 25% after layer 7, so the saving grows with length.
+    # With this rule at 8k the worst of 6 real-text calibration cases needed layer 7's top 21%
+    # (benchmarks/results/answer_rank_8k.json); beyond 8k the floor holds 25%, unmeasured here.
     # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
     # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
     # "sparse" answered 5. Prompts under 256 tokens run whole: pruning them changed the first
     # 16 generated tokens of 25 of 28 everyday and documentation prompts, to save 0.39 s at most
     # (128-255 tokens, on average) on a 2-core CPU (benchmarks/results/short_prompts.json).
     "default": LazyConfig(
-        schedule=((0.24, 0.4), (0.57, 0.25)),
+        schedule=((0.24, 0.4), (0.57, 0.4)),
         budgets=((0.24, 2048),),
         floors=((0.24, 0.25),),
         decode="revive",
@@ -269,6 +273,20 @@ def long_variant(config: LazyConfig, budget: int) -> LazyConfig:
     depth = first_pruning_depth(config)
     budgets = [(d, tokens) for d, tokens in config.budgets if d != depth] + [(depth, budget)]
     return replace(config, budgets=tuple(budgets), floors=())
+
+
+def reschedule(config: LazyConfig, schedule: tuple[tuple[float, float], ...]) -> LazyConfig:
+    """The config at another ratio schedule, its length-aware first prune kept: the budgets and
+    floors at its first pruning depth move to the new schedule's first pruning depth."""
+    old = first_pruning_depth(config)
+    new = min((depth for depth, ratio in schedule if ratio < 1), default=old)
+
+    def move(pairs: tuple) -> tuple:
+        return tuple((new if depth == old else depth, value) for depth, value in pairs)
+
+    return replace(
+        config, schedule=schedule, budgets=move(config.budgets), floors=move(config.floors)
+    )
 
 
 # Presets defined from the default, so they follow a model's calibrated default too.

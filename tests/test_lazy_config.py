@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.config import Keep
+from lazymlx.config import Keep, reschedule
 from lazymlx.errors import LazymlxError
 
 
@@ -82,3 +82,11 @@ def test_floors_stop_a_budget_cutting_long_prompts_below_a_share():
         410, 1639, 2048, 2048, 4096,
     ]  # fmt: skip
     assert "at least 25% at 30%" in config.describe()
+
+
+def test_reschedule_moves_the_length_aware_first_prune_along():
+    default = LazyConfig.preset("default")
+    later = reschedule(default, ((0.3, 0.5), (0.6, 0.5)))
+    assert later.budgets == ((0.3, 2048),) and later.floors == ((0.3, 0.25),)
+    assert set(later.pruning_layers(30)) == {9, 18}  # no budget left behind at layer 7
+    assert reschedule(default, default.schedule) == default
