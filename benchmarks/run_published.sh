@@ -37,6 +37,8 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
 #     that prune at the best layers, and the span at the shipped schedule.
 .venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \
   --output $results/answer_rank_1k_4k.json
+.venv/bin/python benchmarks/answer_rank.py --lengths 8k --cases 2 --tasks needle,docneedle,docfact \
+  --output $results/answer_rank_8k.json
 .venv/bin/python benchmarks/strategies.py --study layers --lengths 1k,2k --cases 2 \
   --output $results/layers_1k_2k.json
 .venv/bin/python benchmarks/strategies.py --study layers \
@@ -53,17 +55,25 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
 # 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
 #    preset, passkey; then the accuracy suite (eval seeds): every strategy at 1k-2k, the
 #    default at 4k and (the tasks the baseline can answer there) 8k.
+#    (every strategy at 1k-2k ran at the previous default, layer 17 keeping a quarter)
 $lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,paper,static,random \
-  --output json > $results/eval_1k_2k.json
+  --output json > $results/eval_1k_2k_strategies.json
+$lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default --output json \
+  > $results/eval_1k_2k.json
 $lazymlx eval --task all --lengths 4k --cases 1 --lazy default --output json > $results/eval_4k.json
-$lazymlx eval --task passkey,needle,docneedle,docfact --lengths 8k --cases 1 --lazy default \
+$lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 --lazy default \
   --output json > $results/eval_8k.json
+#    (the 8k eval at the 25% floor with layer 17 keeping a quarter, and `long` at that default)
+$lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 --lazy default \
+  --output json > $results/eval_8k_layer17_quarter.json
 $lazymlx eval --task passkey,needle --lengths 8k --cases 1 --lazy long \
   --output json > $results/eval_8k_long.json
 $lazymlx bench --prompt-len 2k --lazy default,paper,long --gen-len 64 --repeats 3 \
   --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,long --gen-len 64 \
   --output json > $results/bench_8k.json
+$lazymlx bench --prompt-len 8k --lazy default --gen-len 64 \
+  --output json > $results/bench_8k_repeat.json
 
 # 3b. Apps: a 200-turn chat on the real model (memory every 50 turns), and what the HTTP server
 #     adds to the first token over the Python API.

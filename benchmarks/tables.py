@@ -195,9 +195,15 @@ def main() -> None:
         "TTFT, decode, memory (bench)": lambda: bench_table(
             "bench_2k.json", "bench_8k.json", "bench_8k_repeat.json"
         ),
-        "accuracy per strategy (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "accuracy at 1k-2k (eval)": lambda: eval_table("eval_1k_2k.json"),
+        "accuracy per strategy, previous default (eval)": lambda: eval_table(
+            "eval_1k_2k_strategies.json"
+        ),
         "accuracy at 4k (eval)": lambda: eval_table("eval_4k.json"),
         "accuracy at 8k (eval)": lambda: eval_table("eval_8k.json"),
+        "accuracy at 8k, layer 17 keeping a quarter (eval)": lambda: eval_table(
+            "eval_8k_layer17_quarter.json"
+        ),
         "accuracy at 8k, the long preset (eval)": lambda: eval_table("eval_8k_long.json"),
         "decode cost of reviving": lambda: policy_table("decode_policies_1024.json"),
         "short prompts": lambda: short_prompts_table("short_prompts.json"),
@@ -216,6 +222,7 @@ def main() -> None:
             "tradeoff_1k.json"
         ),
         "where the answer ranks, per layer": lambda: answer_rank_table("answer_rank_1k_4k.json"),
+        "where the answer ranks at 8k": lambda: answer_rank_table("answer_rank_8k.json"),
         "chat soak": lambda: soak_table("soak.json"),
         "server TTFT overhead": lambda: server_overhead_table("server_overhead.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),

@@ -53,9 +53,9 @@ class LazyConfig:
         budget makes the saving grow with the prompt (FastKV, GemFilter), so long prompts get
         the largest speedup while short ones are ruled by the ratios alone.
     floors: (depth fraction, ratio) pairs: at that depth a budget never cuts below that share
-        of the tokens present. The tokens an answer needs grow with the prompt, more slowly
-        than the prompt (benchmarks/answer_rank.py), so a budget alone drops answers on long
-        prompts; a floor bounds how far the share may fall.
+        of the tokens present. How far down the ranking an answer sits grows with the prompt,
+        so a budget alone drops answers on long prompts (the `long` preset at 8k); a floor
+        bounds how far the share may fall.
     keep_first: the first tokens (attention sinks) are never pruned.
     keep_last: the step's last tokens (the question, the recent window) are never pruned; the
         very last token always goes on.
@@ -223,10 +223,10 @@ PRESETS: dict[str, LazyConfig] = {
     # (depth 0.24) is the one early layer whose ranking holds every answer in its top 36%, and
     # layers 17-18 (0.57-0.6) hold them in their top 16% (4% for the needles); the layers the
     # earlier schedule pruned at (8 and 16) rank the real-text needles near the bottom. Keeping
-    # 40% after layer 7 and a quarter of those after layer 17 (44% of the prefill work) kept 19
-    # of the baseline's 20 right answers at 1k-2k and all 4 at 4k on the calibration cases
+    # 40% after layer 7 and a quarter of those after layer 17 kept 19 of the baseline's 20 right
+    # answers at 1k-2k and all 4 at 4k on the calibration cases
     # (benchmarks/results/layers_*.json); the one loss, a 36-character UUID, is lost by keep-all
-    # to layer 17 as well.
+    # to layer 17 as well. Layer 17 now keeps 40% of those (16% of the prompt): see below.
     # Scored by the last 8 prompt tokens' attention (benchmarks/results/selection_1k_2k.json: at
     # one schedule, so the same compute, window 8 with a span kept 8 of the baseline's 10 right
     # answers at 1k where LazyLLM's last-token rule kept 6), each chosen token taking its next 12
@@ -237,6 +237,10 @@ PRESETS: dict[str, LazyConfig] = {
     # ~5k tokens prune as above, 8k keeps 25% after layer 7, so the saving grows with length.
     # With this rule at 8k the worst of 6 real-text calibration cases needed layer 7's top 21%
     # (benchmarks/results/answer_rank_8k.json); beyond 8k the floor holds 25%, unmeasured here.
+    # With that floor, layer 17 keeping a quarter left 512 tokens at 8k and the eval's needle
+    # was lost though every one of its tokens went through every layer
+    # (benchmarks/results/eval_8k_layer17_quarter.json): the answer needs more context deep in
+    # the model. Keeping 40% there kept it (eval_8k.json: 2 of 2, 3.0-3.25x TTFT).
     # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
     # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
     # "sparse" answered 5. Prompts under 256 tokens run whole: pruning them changed the first
