@@ -8,7 +8,8 @@ picks). A schedule whose first prune at depth d keeps a share r can only keep an
 needed(d) <= r, so the curve of needed over depth, across cases, bounds every schedule built on
 that rule (later prunes only add risk). Rules: the paper's (last token, head mean), the window
 rule (last 8 tokens, span 8: the default's rule when this study chose the default's layers), the
-same with span 12 (the default's rule now), and a cumulative one (the window rule's scores summed over layers so far).
+same with span 12 (the default's rule now), and a cumulative one (the window rule's scores
+summed over layers so far).
 
     .venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \\
         --output benchmarks/results/answer_rank_1k_4k.json

@@ -13,7 +13,8 @@ lazymlx=.venv/bin/lazymlx
 #    static and random selection; its fastest schedule meeting 97% agreement ships as `default`.
 $lazymlx calibrate --lengths 1k,2k --cases 1 --selections attention,static,random \
   --output json > $results/calibrate.json
-$lazymlx calibrate --records $results/calibrate.json --name default  # the decision, re-made
+# the decision, re-made; saved under its own name, so the built-in default runs every later step
+$lazymlx calibrate --records $results/calibrate.json --name calibrated-v1
 
 # 2. Selection rules at equal compute (the default schedule, held-out calibration seeds), and
 #    length-aware token budgets against ratios at 4k and 8k (the winning rule).
@@ -34,11 +35,14 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
   --output $results/schedules_4k_mid.json
 
 # 2b. Where each layer's ranking puts the answer (keep-all runs, held-out seeds), the schedules
-#     that prune at the best layers, and the span at the shipped schedule.
+#     that prune at the best layers, and the span at the then shipped schedule (layer 17
+#     keeping a quarter, as strategies.RATIOS pins).
 .venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \
   --output $results/answer_rank_1k_4k.json
 .venv/bin/python benchmarks/answer_rank.py --lengths 8k --cases 2 --tasks needle,docneedle,docfact \
   --output $results/answer_rank_8k.json
+.venv/bin/python benchmarks/answer_rank.py --lengths 1k,2k,4k --cases 2 \
+  --tasks needle,docneedle,docfact --output $results/answer_rank_1k_2k_text.json  # stopped after 2k
 .venv/bin/python benchmarks/strategies.py --study layers --lengths 1k,2k --cases 2 \
   --output $results/layers_1k_2k.json
 .venv/bin/python benchmarks/strategies.py --study layers \
@@ -53,27 +57,36 @@ $lazymlx calibrate --records $results/calibrate.json --name default  # the decis
 .venv/bin/python benchmarks/plot_tradeoff.py $results/tradeoff_1k.json $results/tradeoff.png
 
 # 3. TTFT, decode speed, memory: stock mlx-lm next to the default, LazyLLM's rule and the budget
-#    preset, passkey; then the accuracy suite (eval seeds): every strategy at 1k-2k, the
-#    default at 4k and (the tasks the baseline can answer there) 8k.
-#    (every strategy at 1k-2k ran at the previous default, layer 17 keeping a quarter)
-$lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,paper,static,random \
-  --output json > $results/eval_1k_2k_strategies.json
+#    preset, passkey; then the accuracy suite (eval seeds): the default at 1k-2k, 4k and 8k
+#    (the tasks whose baseline answer is a number or a count; it misses the real-text ones there).
 $lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default --output json \
   > $results/eval_1k_2k.json
 $lazymlx eval --task all --lengths 4k --cases 1 --lazy default --output json > $results/eval_4k.json
-$lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 --lazy default \
-  --output json > $results/eval_8k.json
-#    (the 8k eval at the 25% floor with layer 17 keeping a quarter, and `long` at that default)
-$lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 --lazy default \
-  --output json > $results/eval_8k_layer17_quarter.json
-$lazymlx eval --task passkey,needle --lengths 8k --cases 1 --lazy long \
-  --output json > $results/eval_8k_long.json
+$lazymlx eval --task passkey,needle --lengths 8k --cases 2 --lazy default --output json \
+  > $results/eval_8k.json
+#    These ran at earlier defaults, so they reproduce only at those commits (git checkout):
+#    every strategy at 1k-2k and `long` at 8k at cbb6aad (layer 17 keeping a quarter, no
+#    budget); the 8k eval with the 25% floor and layer 17 keeping a quarter at 40c9eab; the
+#    8k evals before the sinks (first 4 tokens kept) at d62fc60.
+#      $lazymlx eval --task all --lengths 1k,2k --cases 2 --lazy default,paper,static,random \
+#        --output json > $results/eval_1k_2k_strategies.json
+#      $lazymlx eval --task passkey,needle --lengths 8k --cases 1 --lazy long \
+#        --output json > $results/eval_8k_long.json
+#      $lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 \
+#        --lazy default --output json > $results/eval_8k_layer17_quarter.json
+#      $lazymlx eval --task passkey,needle,multikey,vartrack --lengths 8k --cases 1 \
+#        --lazy default --output json > $results/eval_8k_no_sinks.json
+#      $lazymlx eval --task passkey,needle --lengths 8k --cases 1 --seed 1 --lazy default \
+#        --output json > $results/eval_8k_seed1_no_sinks.json
 $lazymlx bench --prompt-len 2k --lazy default,paper,long --gen-len 64 --repeats 3 \
   --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,long --gen-len 64 \
   --output json > $results/bench_8k.json
 $lazymlx bench --prompt-len 8k --lazy default --gen-len 64 \
   --output json > $results/bench_8k_repeat.json
+#    (bench_2k, bench_8k and bench_8k_repeat ran before the sinks, at d62fc60)
+$lazymlx bench --prompt-len 8k --lazy default --gen-len 64 \
+  --output json > $results/bench_8k_sinks.json
 
 # 3b. Apps: a 200-turn chat on the real model (memory every 50 turns), and what the HTTP server
 #     adds to the first token over the Python API.

@@ -27,9 +27,12 @@ from lazymlx.evals.tasks import parse_tasks
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
 
-# The studies compare ratio schedules at 1k-4k, so the default's length-aware first prune (a
-# budget and floor that bind only past ~5k tokens) is left out of them.
-RATIOS = replace(LazyConfig.preset("default"), budgets=(), floors=())
+# The studies compare ratio schedules at 1k-4k, as they were run: the default's rule and decode
+# at the schedule it had then (layer 17 keeping a quarter), without its length-aware first
+# prune (a budget and floor that bind only past ~5k tokens).
+RATIOS = replace(
+    LazyConfig.preset("default"), schedule=((0.24, 0.4), (0.57, 0.25)), budgets=(), floors=()
+)
 PAPER = replace(RATIOS, window=1, pool=0, keep_last=0, heads="mean")
 
 
@@ -77,15 +80,16 @@ def layer_schedules() -> dict[str, LazyConfig]:
 
 
 def spans() -> dict[str, LazyConfig]:
-    """The span (pool) at the shipped schedule: too short a span drops the period that ends a
+    """The span (pool) at the then shipped schedule (RATIOS): too short a span drops the period that ends a
     number, and the model runs it on by extra digits."""
     return {f"span {pool}": replace(RATIOS, pool=pool) for pool in (8, 12, 16, 24)}
 
 
 def tradeoff() -> dict[str, LazyConfig]:
     """Every rule at four schedules, for the speed–accuracy plot (plot_tradeoff.py): the default's
-    rule, LazyLLM's, and the paper's static and random baselines; the shipped schedule, a harsher
-    one, a gentler one (keep-all to layer 17) and the earlier default (layers 8, 16, 24)."""
+    rule, LazyLLM's, and the paper's static and random baselines; the then shipped schedule, a
+    harsher one, a gentler one (keep-all to layer 17) and the earlier default (layers 8, 16,
+    24)."""
     default = RATIOS
     rules = {
         "default rule": default,

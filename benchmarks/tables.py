@@ -193,7 +193,7 @@ def server_overhead_table(name: str) -> str:
 def main() -> None:
     sections = {
         "TTFT, decode, memory (bench)": lambda: bench_table(
-            "bench_2k.json", "bench_8k.json", "bench_8k_repeat.json"
+            "bench_2k.json", "bench_8k.json", "bench_8k_repeat.json", "bench_8k_sinks.json"
         ),
         "accuracy at 1k-2k (eval)": lambda: eval_table("eval_1k_2k.json"),
         "accuracy per strategy, previous default (eval)": lambda: eval_table(
@@ -201,6 +201,10 @@ def main() -> None:
         ),
         "accuracy at 4k (eval)": lambda: eval_table("eval_4k.json"),
         "accuracy at 8k (eval)": lambda: eval_table("eval_8k.json"),
+        "accuracy at 8k before the sinks (eval)": lambda: eval_table("eval_8k_no_sinks.json"),
+        "accuracy at 8k before the sinks, seed 1 (eval)": lambda: eval_table(
+            "eval_8k_seed1_no_sinks.json"
+        ),
         "accuracy at 8k, layer 17 keeping a quarter (eval)": lambda: eval_table(
             "eval_8k_layer17_quarter.json"
         ),
@@ -217,12 +221,15 @@ def main() -> None:
         "schedules at the layers that rank answers best": lambda: strategies_table(
             "layers_1k_2k.json", "layers_4k.json"
         ),
-        "span at the shipped schedule": lambda: strategies_table("spans_1k_2k.json"),
+        "span at the previous default's schedule": lambda: strategies_table("spans_1k_2k.json"),
         "every rule at four schedules (the plot's points)": lambda: strategies_table(
             "tradeoff_1k.json"
         ),
         "where the answer ranks, per layer": lambda: answer_rank_table("answer_rank_1k_4k.json"),
         "where the answer ranks at 8k": lambda: answer_rank_table("answer_rank_8k.json"),
+        "where the answer ranks at 1k-2k, needle and real-text tasks": lambda: answer_rank_table(
+            "answer_rank_1k_2k_text.json"
+        ),
         "chat soak": lambda: soak_table("soak.json"),
         "server TTFT overhead": lambda: server_overhead_table("server_overhead.json"),
         "GPU (llama_shapes.py)": lambda: gpu_table("gpu_llama_shapes.json"),

@@ -201,7 +201,7 @@ PROPERTY_MODEL = None
     selection=st.sampled_from(SELECTIONS),
     chunk=st.sampled_from([7, 2048]),
     budgets=st.lists(st.tuples(st.floats(0, 0.99), st.integers(1, 60)), max_size=2),
-    floors=st.lists(st.tuples(st.floats(0, 0.99), st.floats(0.01, 1)), max_size=1),
+    floors=st.lists(st.floats(0.01, 1), max_size=2),  # one per budget, at its depth
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
     heads=st.sampled_from(HEAD_REDUCTIONS),
 )
@@ -229,7 +229,7 @@ def test_random_schedules_keep_every_invariant(
         revive=revive,
         selection=selection,
         budgets=tuple(budgets),
-        floors=tuple(floors),
+        floors=tuple((depth, ratio) for (depth, _), ratio in zip(budgets, floors, strict=False)),
         window=scoring[0],
         pool=scoring[1],
         keep_last=scoring[2],

@@ -26,6 +26,7 @@ from lazymlx.errors import LazymlxError
         ({"floors": ((0.5, 0.0),)}, r"floor ratio must be in \(0, 1\], got 0.0"),
         ({"floors": ((1.0, 0.5),)}, r"floor depth must be in \[0, 1\), got 1.0"),
         ({"floors": "deep"}, "floors must be a list of \\(depth, floor ratio\\) pairs"),
+        ({"floors": ((0.5, 0.2),)}, "the floor at depth 0.5 has no budget at that depth"),
         ({"window": 0}, "window must be >= 1, got 0"),
         ({"pool": -1}, "pool must be >= 0, got -1"),
         ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
@@ -73,15 +74,22 @@ def test_budgets_cap_the_kept_tokens_so_the_saving_grows_with_length():
 
 def test_floors_stop_a_budget_cutting_long_prompts_below_a_share():
     config = LazyConfig(
-        schedule=((0.3, 0.4),), budgets=((0.3, 2048),), floors=((0.3, 0.25), (0.3, 0.2), (0.6, 0.5))
+        schedule=((0.3, 0.4),), budgets=((0.3, 2048),), floors=((0.3, 0.25), (0.3, 0.2))
     )
     layers = config.pruning_layers(10)
-    assert layers == {3: Keep(0.4, 2048, 0.25)}  # the larger floor; none where nothing prunes
+    assert layers == {3: Keep(0.4, 2048, 0.25)}  # two floors on a layer: the larger
     # the ratio up to 5k tokens, then the budget, then the floor: 25% of 16k is 4096
     assert [layers[3].count(n) for n in (1024, 4096, 6000, 8192, 16384)] == [
         410, 1639, 2048, 2048, 4096,
     ]  # fmt: skip
     assert "at least 25% at 30%" in config.describe()
+    # a floor only relaxes the budget: it never keeps more than the ratio
+    assert Keep(0.4, 100, 0.9).count(1000) == 400
+
+
+def test_the_default_first_prune_grows_with_the_prompt():
+    first = LazyConfig.preset("default").pruning_layers(30)[7]
+    assert [first.count(n) for n in (1024, 4096, 8176, 16384)] == [410, 1639, 2048, 4096]
 
 
 def test_reschedule_moves_the_length_aware_first_prune_along():
@@ -90,3 +98,5 @@ def test_reschedule_moves_the_length_aware_first_prune_along():
     assert later.budgets == ((0.3, 2048),) and later.floors == ((0.3, 0.25),)
     assert set(later.pruning_layers(30)) == {9, 18}  # no budget left behind at layer 7
     assert reschedule(default, default.schedule) == default
+    keep_all = reschedule(default, ((0.5, 1.0),))  # no ratio prunes: the budget stays put
+    assert keep_all.budgets == default.budgets and keep_all.floors == default.floors
