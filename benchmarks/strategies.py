@@ -80,8 +80,8 @@ def layer_schedules() -> dict[str, LazyConfig]:
 
 
 def spans() -> dict[str, LazyConfig]:
-    """The span (pool) at the then shipped schedule (RATIOS): too short a span drops the period that ends a
-    number, and the model runs it on by extra digits."""
+    """The span (pool) at the then shipped schedule (RATIOS): too short a span drops the period
+    that ends a number, and the model runs it on by extra digits."""
     return {f"span {pool}": replace(RATIOS, pool=pool) for pool in (8, 12, 16, 24)}
 
 

@@ -105,23 +105,19 @@ class LazyConfig:
             )
         pairs = _pairs(self.schedule, float, "schedule", "(depth, keep ratio)")
         for depth, ratio in pairs:
-            if not 0 <= depth < 1:
-                raise LazymlxError(f"pruning depth must be in [0, 1), got {depth}")
-            if not 0 < ratio <= 1:
-                raise LazymlxError(f"keep ratio must be in (0, 1], got {ratio}")
+            _check_depth(depth, "pruning")
+            _check_ratio(ratio, "keep")
         budgets = _pairs(self.budgets, int, "budgets", "(depth, tokens)")
         for depth, tokens in budgets:
-            if not 0 <= depth < 1:
-                raise LazymlxError(f"budget depth must be in [0, 1), got {depth}")
+            _check_depth(depth, "budget")
             if tokens < 1:
                 raise LazymlxError(f"token budget must be >= 1, got {tokens}")
         floors = _pairs(self.floors, float, "floors", "(depth, floor ratio)")
+        budget_depths = {depth for depth, _ in budgets}
         for depth, ratio in floors:
-            if not 0 <= depth < 1:
-                raise LazymlxError(f"floor depth must be in [0, 1), got {depth}")
-            if not 0 < ratio <= 1:
-                raise LazymlxError(f"floor ratio must be in (0, 1], got {ratio}")
-            if depth not in {budget_depth for budget_depth, _ in budgets}:
+            _check_depth(depth, "floor")
+            _check_ratio(ratio, "floor")
+            if depth not in budget_depths:
                 raise LazymlxError(
                     f"the floor at depth {depth} has no budget at that depth; a floor only "
                     "limits a budget, so give both the same depth"
@@ -211,6 +207,16 @@ class LazyConfig:
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
         return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}"
+
+
+def _check_depth(depth: float, name: str) -> None:
+    if not 0 <= depth < 1:
+        raise LazymlxError(f"{name} depth must be in [0, 1), got {depth}")
+
+
+def _check_ratio(ratio: float, name: str) -> None:
+    if not 0 < ratio <= 1:
+        raise LazymlxError(f"{name} ratio must be in (0, 1], got {ratio}")
 
 
 def _pairs(value, kind, name: str, shape: str) -> tuple:
