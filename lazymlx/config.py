@@ -67,12 +67,20 @@ class LazyConfig:
         it: the last token attends most to where an answer starts, and an answer is copied
         token after token. Counted in carried tokens: after a prune, the neighbours are the
         next tokens still carried. Static selection pools its first scores again each layer.
+    segments: when > 0, a token scores the best score of its segment (a sentence or a line, cut
+        every `segments` tokens; lazymlx/segments.py) before pooling, so a fact is kept or
+        dropped whole: its key goes on with its value.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
     revive_steps: how many decode steps of a call revive (None: every step); later steps decode
         like "sparse". The tokens an answer needs are picked in its first steps.
+    prompt_revive: a prompt step over a pruned context (a chat turn, a question about a kept
+        document) ranks the context tokens pruned at each pruning layer with its own, and the
+        ones a prune of the whole context would keep resume from their Aux slot; at most this
+        many per layer (None: no cap; 0: never). Short steps too, though their own tokens run
+        whole (min_prompt).
     min_prompt: prompt steps (a prompt, a chat turn) of fewer tokens run whole: pruning them
         saves little and changes everyday answers.
     selection: how pruning layers rank tokens, one of SELECTIONS.
@@ -86,23 +94,29 @@ class LazyConfig:
     keep_last: int = 0
     window: int = 1
     pool: int = 0
+    segments: int = 0
     heads: str = "mean"
     decode: str = "sparse"
     revive: int = 16
     revive_steps: int | None = 8
+    prompt_revive: int | None = None
     min_prompt: int = 0
     selection: str = "attention"
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("keep_first", "keep_last", "window", "pool", "revive", "min_prompt", "seed"):
+        for name in (
+            "keep_first", "keep_last", "window", "pool", "segments", "revive", "min_prompt", "seed"
+        ):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
-        if self.revive_steps is not None and not isinstance(self.revive_steps, int):
-            raise LazymlxError(
-                f"revive_steps must be a whole number or None, got {self.revive_steps!r}"
-            )
+        for name in ("revive_steps", "prompt_revive"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise LazymlxError(f"{name} must be a whole number or None, got {value!r}")
+            if value is not None and value < 0:
+                raise LazymlxError(f"{name} must be >= 0 or None, got {value}")
         pairs = _pairs(self.schedule, float, "schedule", "(depth, keep ratio)")
         for depth, ratio in pairs:
             _check_depth(depth, "pruning")
@@ -122,7 +136,7 @@ class LazyConfig:
                     f"the floor at depth {depth} has no budget at that depth; a floor only "
                     "limits a budget, so give both the same depth"
                 )
-        for name in ("keep_first", "keep_last", "pool"):
+        for name in ("keep_first", "keep_last", "pool", "segments"):
             if getattr(self, name) < 0:
                 raise LazymlxError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.window < 1:
@@ -135,8 +149,6 @@ class LazyConfig:
             raise LazymlxError(f"revive must be >= 0, got {self.revive}")
         if self.min_prompt < 0:
             raise LazymlxError(f"min_prompt must be >= 0, got {self.min_prompt}")
-        if self.revive_steps is not None and self.revive_steps < 0:
-            raise LazymlxError(f"revive_steps must be >= 0 or None, got {self.revive_steps}")
         if self.decode not in DECODE_MODES:
             raise LazymlxError(
                 f"unknown decode mode {self.decode!r}; choose one of: {', '.join(DECODE_MODES)}"
@@ -195,18 +207,25 @@ class LazyConfig:
         if self.min_prompt:
             sinks += f", prompts under {self.min_prompt} tokens whole"
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
-        if self.selection != "random" and (self.window > 1 or self.pool or self.heads != "mean"):
+        shaped = self.window > 1 or self.pool or self.segments or self.heads != "mean"
+        if self.selection != "random" and shaped:
             ranked += f", scored by the last {self.window} token(s) ({self.heads} over heads"
-            ranked += (
-                f", the {self.pool} after a high-scoring token scored with it)"
-                if self.pool
-                else ")"
-            )
+            if self.segments:
+                ranked += f", whole sentences and lines of up to {self.segments} tokens"
+            if self.pool:
+                ranked += f", the {self.pool} after a high-scoring token scored with it"
+            ranked += ")"
         decode = self.decode
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
-        return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}"
+        later = (
+            "later prompt steps revive none"
+            if self.prompt_revive == 0 or self.selection != "attention"
+            else "later prompt steps revive what a whole-context prune keeps"
+            + ("" if self.prompt_revive is None else f" (at most {self.prompt_revive} a layer)")
+        )
+        return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}, {later}"
 
 
 def _check_depth(depth: float, name: str) -> None:
@@ -278,7 +297,7 @@ PRESETS: dict[str, LazyConfig] = {
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     """The paper's comparison strategies at a schedule: ranked statically or at random, and, like
     one-shot pruning, never revived (decoding attends to the KV the prompt step left)."""
-    return replace(config, selection=selection, decode="sparse")
+    return replace(config, selection=selection, decode="sparse", prompt_revive=0)
 
 
 def first_pruning_depth(config: LazyConfig) -> float:
@@ -317,7 +336,9 @@ def reschedule(config: LazyConfig, schedule: tuple[tuple[float, float], ...]) ->
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda default: replace(default, decode="sparse"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
-    "paper": lambda default: replace(default, window=1, pool=0, heads="mean", keep_last=0),
+    "paper": lambda default: replace(
+        default, window=1, pool=0, segments=0, heads="mean", keep_last=0
+    ),
     # at most 1,024 tokens past the first pruning layer, with no floor, so prompts beyond ~2.5k
     # tokens save more the longer they are; faster, and measured to lose answers the default
     # keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): the answer's rank

@@ -43,16 +43,24 @@ class LazyModel(nn.Module):
         prompt_length: int,
         chunk: int,
         progress: Progress | None = None,
+        ends: mx.array | None = None,
     ) -> None:
         super().__init__()
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
+        self.ends = ends  # which token ids end a segment, for configs keeping whole segments
         self.remaining = prompt_length  # prompt tokens not yet seen
-        prunes = config.prunes and prompt_length >= config.min_prompt
-        self.pending: list[mx.array] | None = [] if prunes else None
+        # a short prompt runs whole, but over a pruned context it still goes through the lazy
+        # prompt step, which revives the context tokens it needs
+        self.prunes = config.prunes and prompt_length >= config.min_prompt
+        revives = config.prunes and config.prompt_revive != 0 and state.offset > 0
+        revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
+        self.pending: list[mx.array] | None = [] if self.prunes or revives else None
         self.start = state.offset
         self.decoded = 0  # decode steps run with revival
-        # (prompt token, layer) pairs the prompt step computed, read before any decode step
+        # (token, layer) pairs computed before this call and by its prompt step (its own tokens'
+        # and any it revived), read before any decode step
+        self.pairs_before = state.pairs()
         self.prompt_pairs = prompt_length * state.num_layers
 
     def __call__(self, inputs: mx.array, cache: object = None, **unused: object) -> mx.array | None:
@@ -65,8 +73,10 @@ class LazyModel(nn.Module):
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
             prompt = mx.concatenate(self.pending)
-            logits = prompt_step(state, prompt, self.config, self.chunk, self.progress)
-            self.prompt_pairs = state.pairs(self.start)
+            logits = prompt_step(
+                state, prompt, self.config, self.chunk, self.progress, self.prunes, self.ends
+            )
+            self.prompt_pairs = state.pairs() - self.pairs_before
             return logits
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
             if not prompt and self.reviving():

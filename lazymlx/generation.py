@@ -32,6 +32,7 @@ from lazymlx.config import LazyConfig
 from lazymlx.decode import LazyModel
 from lazymlx.errors import LazymlxError
 from lazymlx.prefill import PREFILL_CHUNK
+from lazymlx.segments import segment_ends
 from lazymlx.worker import GENERATION_THREAD
 
 Prompt = str | Sequence[int] | mx.array
@@ -44,21 +45,28 @@ STEP_OPTIONS = frozenset(inspect.signature(generate_step).parameters) - {"prompt
 class LazyStats:
     """What the engine computed, read from the context (never estimated).
 
-    prefill_fraction: (prompt token, layer) pairs computed in the prompt step ÷ (prompt tokens ×
-        layers). Each pair below a token's depth was computed exactly once, so pairs are depths.
+    prefill_fraction: (token, layer) pairs the prompt step computed ÷ what stock computes for it
+        (its tokens × layers). Each pair below a token's depth was computed exactly once, so
+        pairs are depths. A step over a pruned context may revive earlier tokens, paying back
+        work their own step skipped: then the share can exceed 1.
+    context_fraction: every pair computed in the context so far ÷ (its tokens × layers), at the
+        end of this prompt step: the whole conversation's work against stock's, never above 1.
     kv_rows_per_layer: the tokens each layer's cache holds after this call's prompt step.
     """
 
     prefill_fraction: float
+    context_fraction: float
     kv_rows_per_layer: tuple[int, ...]
     kv_bytes: int
     aux_bytes: int
 
     @classmethod
     def of(cls, model: LazyModel, prompt_tokens: int) -> LazyStats:
-        state = model.context
+        state, layers = model.context, model.context.num_layers
         return cls(
-            prefill_fraction=model.prompt_pairs / (prompt_tokens * state.num_layers),
+            prefill_fraction=model.prompt_pairs / (prompt_tokens * layers),
+            context_fraction=(model.pairs_before + model.prompt_pairs)
+            / ((model.start + prompt_tokens) * layers),
             kv_rows_per_layer=tuple(cache.rows for cache in state.layers),
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
@@ -235,7 +243,8 @@ def _stream_generate(
         kwargs["prompt_cache"] = state
         chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
         progress = kwargs.get("prompt_progress_callback")
-        model = LazyModel(model, state, lazy, tokens.size, chunk, progress)
+        ends = segment_ends(tokenizer) if lazy.segments else None
+        model = LazyModel(model, state, lazy, tokens.size, chunk, progress, ends)
         if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
             kwargs["prompt_progress_callback"] = None
     with GENERATION_LOCK:

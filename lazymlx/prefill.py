@@ -3,59 +3,101 @@
 Pruning needs the last token's attention at each pruning layer before the deeper layers run, so
 the step goes layer by layer; inside a layer the tokens go in chunks (mlx-lm's prefill step size),
 each evaluated before the next, so activations and attention scores never outgrow stock mlx-lm's.
-Every row a chunk appends comes after every row already in the layer's cache, so MLX's "causal"
-mask is exact and no mask is ever built. At a pruning layer the step's tokens are ranked by the
-attention the step's last tokens pay them, on the device; the dropped ones save their hidden state
-to their Aux slot and stop there (their depth). The selection never leaves the device: the step
-has no host sync but the per-chunk evaluations.
+At a pruning layer the attention the step's last tokens pay there ranks two kinds of token:
+- the step's own tokens, ranked among themselves by the schedule (unless the step is short and
+  runs whole); the dropped ones save their hidden state to their Aux slot and stop there;
+- context tokens an earlier step pruned at this very layer (they have KV here and none deeper):
+  the ones a prune of the whole context would keep (ranked with every row present, at the
+  layer's keep count) resume from their Aux slot and go deeper with the step, as LazyLLM's
+  Aux cache intends. A document kept on its own was pruned by its own last tokens, which knew
+  nothing of the question to come; the question's step is where it comes back.
+Each (token, layer) pair is still computed at most once. Own tokens' rows come after every row
+cached, so MLX's "causal" mask is exact for them; revived tokens sit at earlier positions among
+rows already cached, so they get an explicit mask on positions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
 from lazymlx.blocks import append_kv, attention_scores, block_forward
-from lazymlx.cache import LazyKVCache, LazyState
-from lazymlx.config import LazyConfig
+from lazymlx.cache import LazyAux, LazyKVCache, LazyState
+from lazymlx.config import Keep, LazyConfig
+from lazymlx.segments import segment_max
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 
 
 class Ranker:
-    """Scores this step's tokens at a pruning layer; higher scores go deeper.
+    """Scores at a pruning layer; higher scores go deeper.
 
     "attention" is LazyLLM's rule, widened by the config: the attention the step's last `window`
-    tokens pay at this very layer, reduced over heads, each token then scoring the best of the
-    `pool` tokens before it. "static" scores once, at the step's first pruning layer, and
-    ranks deeper layers by those same scores (the paper's one-shot pruning); "random" draws scores
-    from a key seeded by the config's seed, the step's start and the layer, so a run repeats.
+    tokens pay at this very layer, reduced over heads, then shaped: with `segments`, each token
+    scores the best of its sentence or line (`ends`: a bool per vocabulary id, the tokens that
+    end one; without it, fixed pieces), and with `pool`, the best of the `pool` tokens before
+    it. "static" scores once, at the step's first pruning layer, and ranks deeper layers by
+    those same scores (the paper's one-shot pruning); "random" draws scores from a key seeded by
+    the config's seed, the step's start and the layer, so a run repeats.
     """
 
-    def __init__(self, config: LazyConfig, start: int) -> None:
-        self.config, self.start = config, start
+    def __init__(self, config: LazyConfig, start: int, ends: mx.array | None = None) -> None:
+        self.config, self.start, self.ends = config, start, ends
         self.fixed: mx.array | None = None  # static: the first pruning layer's scores
 
-    def scores(self, layer: int, observed: mx.array, cache: LazyKVCache, scale: float, count: int):
+    def shape(self, scores: mx.array, ids: mx.array) -> mx.array:
+        """Scores of tokens in order (ids: theirs) raised over segments and spans."""
         config = self.config
+        if config.segments:
+            ends = mx.zeros(ids.shape, mx.bool_) if self.ends is None else self.ends[ids]
+            scores = segment_max(scores, ends, config.segments)
+        return _pooled(scores, config.pool)
+
+    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
+        """The attention every row of the layer gets from the observing tokens (its last rows)."""
+        rows = cache.row_positions()
+        seen = rows[-observed.shape[2] :]
+        mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
+        return attention_scores(observed, cache.fetch()[0], scale, mask, self.config.heads)
+
+    def own(self, layer: int, rows: Callable[[], mx.array], ids: mx.array) -> mx.array:
+        """Shaped scores of the step's own tokens (the layer's last rows; ids: theirs)."""
+        config, count = self.config, ids.size
         if config.selection == "random":
             key = mx.random.key(config.seed * 1_000_003 + self.start * 101 + layer)
             return mx.random.uniform(shape=(count,), key=key)
         if self.fixed is None:
-            rows = cache.row_positions()
-            seen = rows[-observed.shape[2] :]  # the observing tokens are the layer's last rows
-            mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
-            scores = attention_scores(observed, cache.fetch()[0], scale, mask, config.heads)
-            scores = scores[-count:]  # this step's rows are last
+            scores = rows()[-count:]
             if config.selection != "static":
-                return _pooled(scores, config.pool)
+                return self.shape(scores, ids)
             self.fixed = scores
-        return _pooled(self.fixed, config.pool)
+        return self.shape(self.fixed, ids)
 
     def keep(self, kept: mx.array) -> None:
         if self.fixed is not None:
             self.fixed = self.fixed[kept]
+
+
+@dataclass
+class Revivals:
+    """What a prompt step changed in earlier tokens' Aux entries, so an interrupted step can put
+    them back: (positions, their depth before, their Aux slots before), in order."""
+
+    saved: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
+
+    def save(self, aux: LazyAux, positions: mx.array, depth: int) -> mx.array:
+        """Note the tokens' entries before they resume; their Aux slots (their input now)."""
+        slots = aux.hidden[positions]
+        mx.eval(slots)
+        self.saved.append((positions, depth, slots))
+        return slots
+
+    def undo(self, aux: LazyAux) -> None:
+        for positions, depth, slots in reversed(self.saved):
+            aux.hidden[positions] = slots
+            aux.depth[positions] = depth
 
 
 Progress = Callable[[int, int], None]
@@ -67,75 +109,178 @@ def prompt_step(
     config: LazyConfig,
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
+    prune: bool = True,
+    ends: mx.array | None = None,
 ) -> mx.array:
     """Run `tokens` over the context, pruning by the config; the last token's logits (1, 1, vocab).
 
-    progress(done, total) is called after each layer, `done` being the share of the step's tokens
-    whose layers are done (layer-major, so it climbs by a layer's worth); it may raise to cancel.
-    An interrupted step (Ctrl-C in a long prefill, a cancelled request) leaves the context as it
-    was before it.
+    prune: whether the step's own tokens are pruned; a short step runs whole but still revives
+    the context tokens it needs. ends: which vocabulary ids end a segment (segments.py), for
+    configs that keep whole segments. progress(done, total) is called after each layer, `done` being
+    the share of the step's tokens whose layers are done (layer-major, so it climbs by a layer's
+    worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
+    request) leaves the context as it was before it.
     """
     start, layers_before = state.offset, [cache.rows for cache in state.layers]
+    revivals = Revivals()
     try:
-        return _layers(state, tokens, config, chunk, progress)
+        return _layers(state, tokens, config, chunk, progress, prune, revivals, ends)
     except BaseException:
         for cache, rows in zip(state.layers, layers_before, strict=True):
             cache.rows, cache.offset = rows, start
+        revivals.undo(state.aux)
         state.aux.length, state.aux.depth_counts = start, None
         raise
 
 
-def _layers(state, tokens, config, chunk, progress) -> mx.array:
+def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx.array:
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
+    keep = config.pruning_layers(num_layers)
+    # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
+    waiting = None
+    if start and config.prompt_revive != 0 and config.selection == "attention":
+        waiting = aux.counts(num_layers).copy()
     aux.extend(tokens, depth=num_layers)
     aux.depth_counts = None  # pruning changes depths on the device
-    keep = config.pruning_layers(num_layers)
-    ranker = Ranker(config, start)
-    sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first carried
+    ranker = Ranker(config, start, ends)
+    sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
     h = adapter.embed(tokens[None])
-    positions = mx.arange(start, end, dtype=mx.int32)  # of the tokens `h` carries, ascending
-    first: int | None = start  # their first position while they are one run
+    positions = mx.arange(start, end, dtype=mx.int32)  # revived tokens first, then own ones
+    first: int | None = start  # the own tokens' first position while they are one run
+    revived = 0  # how many of the carried tokens are revived context tokens
     for layer, block in enumerate(adapter.layers):
         cache = state[layer]
         deepest = layer == num_layers - 1
         h, observed = _layer(
-            state, layer, block, h, positions, first, chunk, deepest, config.window
+            state, layer, block, h, positions, first, revived, chunk, deepest, config.window
         )
         cache.offset = end
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if progress is not None:
             progress(tokens.size * (layer + 1) // num_layers, tokens.size)
-        count = positions.size
-        recent = max(1, config.keep_last)
-        k = max(keep[layer].count(count), min(count, sinks + recent)) if layer in keep else count
-        if deepest or k >= count:
+        if deepest or layer not in keep:
             continue
-        scores = ranker.scores(layer, observed, cache, block.self_attn.scale, count)
-        index = mx.arange(count)
-        forced = (index < sinks) | (index >= count - recent)
+        own = positions.size - revived
+        recent = max(1, config.keep_last)
+        k = max(keep[layer].count(own), min(own, sinks + recent)) if prune else own
+        backlog = waiting is not None and waiting[layer + 1] > 0
+        if k >= own and not revived and not backlog:
+            continue
+        scale = block.self_attn.scale
+        rows = _Lazy(lambda cache=cache, o=observed, s=scale: ranker.rows(o, cache, s))
+        aux.make_slots(adapter.hidden_size, state.dtype)
+        # the step's own tokens: ranked among themselves
+        own_h, own_positions = h[:, revived:], positions[revived:]
+        scores = ranker.own(layer, rows, aux.ids[own_positions])
+        index = mx.arange(own)
+        forced = (index < sinks) | (index >= own - recent)
         order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
-        aux.make_slots(adapter.hidden_size, state.dtype)
-        aux.hidden[positions[dropped]] = h[0, dropped]
-        aux.depth[positions[dropped]] = layer + 1
         ranker.keep(kept)
-        h, positions, first = h[:, kept], positions[kept], None
+        _stop(aux, own_positions[dropped], own_h[0, dropped], layer)
+        back_h, back = h[:, :revived], positions[:revived]
+        if revived or backlog:  # context tokens: what a prune of the whole context keeps
+            back_h, back = _revive(
+                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals
+            )
+            revived = back.size
+        h = mx.concatenate([back_h, own_h[:, kept]], axis=1)
+        positions = mx.concatenate([back, own_positions[kept]])
+        first = first if k >= own else None
         mx.eval(h, positions, aux.hidden, aux.depth)
     return adapter.logits(h[:, -1:])
 
 
-def _layer(state, layer, block, h, positions, first, chunk, deepest, window):
-    """One layer over the carried tokens in chunks; their outputs and the last `window` queries."""
+class _Lazy:
+    """A value computed on first use (the row scores, needed only by some selections)."""
+
+    def __init__(self, make: Callable[[], mx.array]) -> None:
+        self.make, self.value = make, None
+
+    def __call__(self) -> mx.array:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+
+def _stop(aux: LazyAux, positions: mx.array, hidden: mx.array, layer: int) -> None:
+    """Tokens that go no deeper: their output of `layer` becomes their Aux slot."""
+    aux.hidden[positions] = hidden
+    aux.depth[positions] = layer + 1
+
+
+def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, revivals):
+    """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
+    ones (pruned here by an earlier step) ranked high now, at most `prompt_revive` of those.
+
+    Every row of the layer is ranked by the step's attention, shaped like the step's own tokens,
+    and the top `keep.count(rows)` (the count a prune of the whole context would keep) decide.
+    Returns the carried context tokens' hidden states and positions, positions ascending.
+    """
+    aux, num_layers, config = state.aux, state.num_layers, ranker.config
+    cache = state[layer]
+    split = cache.rows - positions.size  # rows before it are the context's, after it carried
+    context_rows = cache.row_positions()[:split]
+    context = ranker.shape(scores[:split], aux.ids[context_rows])
+    back = ranker.shape(scores[split : split + revived], aux.ids[positions[:revived]])
+    own = ranker.shape(scores[split + revived :], aux.ids[positions[revived:]])
+    ranked = mx.concatenate([context, back, own]).astype(mx.float32)
+    count = keep.count(cache.rows)
+    bar = mx.sort(ranked)[-count] if count < cache.rows else mx.array(-mx.inf)
+    # carried context tokens below the bar stop here
+    flags = (back >= bar).tolist() if revived else []
+    still = mx.array([i for i, on in enumerate(flags) if on], mx.int32)
+    stop = mx.array([i for i, on in enumerate(flags) if not on], mx.int32)
+    if stop.size:
+        _stop(aux, positions[stop], h[0, stop], layer)
+    # waiting context tokens above the bar come back
+    waiting = aux.depth[context_rows] == layer + 1
+    eligible = waiting & (context >= bar)
+    picks = int(eligible.sum().item())
+    if config.prompt_revive is not None:
+        picks = min(picks, config.prompt_revive)
+    parts_h = [h[:, still]] if still.size else []
+    parts = [positions[still]] if still.size else []
+    if picks:
+        best = mx.argsort(-mx.where(eligible, context, -mx.inf))[:picks]
+        picked = mx.sort(context_rows[best])
+        parts_h.append(revivals.save(aux, picked, layer + 1)[None])
+        parts.append(picked)
+        aux.depth[picked] = num_layers
+    if not parts:
+        return h[:, :0], positions[:0]
+    back_h, back_positions = mx.concatenate(parts_h, axis=1), mx.concatenate(parts)
+    order = mx.argsort(back_positions)
+    return back_h[:, order], back_positions[order]
+
+
+def _layer(state, layer, block, h, positions, first, revived, chunk, deepest, window):
+    """One layer over the carried tokens in chunks (revived ones first); their outputs and the
+    last `window` queries of the step's own tokens."""
     adapter, cache = state.adapter, state[layer]
     count, outputs, observed = positions.size, [], None
-    for begin in range(0, count, chunk):
+    for begin in range(0, revived, chunk):  # earlier positions among cached rows: masked
+        x, at = (
+            h[:, begin : min(begin + chunk, revived)],
+            positions[begin : min(begin + chunk, revived)],
+        )
+        if deepest:  # only the step's last token's output is ever read
+            append_kv(adapter, block, cache, x, at, None)
+            mx.eval(cache.keys, cache.values, cache.positions)
+            continue
+        rows = mx.concatenate([cache.row_positions(), at])
+        mask = rows[None] <= at[:, None]
+        out, _ = block_forward(adapter, block, cache, x, at, None, mask)
+        mx.eval(out, cache.keys, cache.values, cache.positions)
+        outputs.append(out)
+    for begin in range(revived, count, chunk):
         x, at = h[:, begin : begin + chunk], positions[begin : begin + chunk]
-        run = None if first is None else first + begin
+        run = None if first is None else first + begin - revived
         last_chunk = begin + chunk >= count
-        if deepest and not last_chunk:  # only the last token's output is ever read
+        if deepest and not last_chunk:
             append_kv(adapter, block, cache, x, at, run)
             mx.eval(cache.keys, cache.values, cache.positions)
             continue
@@ -152,7 +297,7 @@ def _layer(state, layer, block, h, positions, first, chunk, deepest, window):
 def _pooled(scores: mx.array, pool: int) -> mx.array:
     """Each score raised to the best of the `pool` scores before it: a chosen token takes the
     tokens that follow it along (a number's other digits, the rest of its sentence)."""
-    if not pool:
+    if not pool or scores.size == 0:
         return scores
     padded = mx.pad(scores, (pool, 0), constant_values=-mx.inf)
     return mx.max(mx.stack([padded[i : i + scores.size] for i in range(pool + 1)]), axis=0)
