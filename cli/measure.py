@@ -111,198 +111,266 @@ def bench(
     emit(output, head, rows, BENCH_COLUMNS)
 
 
+def kept_cell(row: dict) -> str:
+    """e.g. '12/13 92% [67-99%]': answers kept of the baseline's right ones, with the 95% interval."""
+    if row["kept_share"] is None:
+        return "—"
+    return (
+        f"{row['kept']}/{row['baseline_right']} {row['kept_share']:.0%} "
+        f"[{row['kept_low']:.0%}-{row['kept_high']:.0%}]"
+    )
+
+
 EVAL_COLUMNS: list[Column] = [
-    ("task", "task", str),
+    ("family", "family", str),
     ("length", "length", str),
     ("mode", "mode", str),
-    ("accuracy", "accuracy", percent),
-    ("correct", "right", str),
     ("cases", "cases", str),
-    ("answer_agreement", "same answers as baseline", percent),
-    ("agreement", "= baseline (first tokens)", percent),
-    ("compute_fraction", "prefill computed", percent),
-    ("speedup", "speedup", ratio),
+    ("baseline_right", "baseline right", str),
+    ("kept_cell", "kept [95% CI]", str),
+    ("gained", "gained", str),
+    ("identical", "tokens = baseline", percent),
+    ("compute_fraction", "computed", percent),
+    ("speedup", "TTFT speedup", ratio),
 ]
 
 
 def evaluate(
-    task: Annotated[
+    families: Annotated[
         str,
-        typer.Option("--task", "-t", help="all, or a list of passkey,needle,multikey,kv,vartrack."),
+        typer.Option(
+            "--families", "-f", help="all, scored, freeform, or a list such as passkey,kept,chat."
+        ),
     ] = "all",
+    split: Annotated[
+        str,
+        typer.Option("--split", help="validation (report) or calibration (choose knobs on it)."),
+    ] = "validation",
     lengths: Annotated[
-        str, typer.Option("--lengths", "-l", help="Prompt lengths, e.g. 1k,2k.")
-    ] = "1k",
+        str, typer.Option("--lengths", "-l", help="Context lengths, e.g. 1k,2k,4k,8k.")
+    ] = "1k,2k",
     lazy: Annotated[
         str,
         typer.Option("--lazy", help="Presets to evaluate next to the baseline, comma-separated."),
     ] = "default",
     model: Model = DEFAULT_MODEL,
     cases: Annotated[
-        int, typer.Option("--cases", "-c", min=1, help="Cases per task and length.")
-    ] = 5,
-    seed: Annotated[int, typer.Option("--seed", help="First case seed.")] = 0,
-    agree_tokens: Annotated[
-        int, typer.Option("--agree-tokens", min=1, help="Tokens compared with the baseline's.")
-    ] = 8,
+        int | None,
+        typer.Option(
+            "--cases",
+            "-c",
+            min=1,
+            help="Cases per family and length (default: the suite's, 3-4 at 1k-2k, 1-2 beyond).",
+        ),
+    ] = None,
+    baselines: Annotated[
+        str | None,
+        typer.Option(
+            "--baselines", help="Baseline cache file to read and add to (default: yours)."
+        ),
+    ] = None,
+    journal: Annotated[
+        str | None,
+        typer.Option("--journal", help="Append every record to this JSON-lines file as it comes."),
+    ] = None,
+    records: Annotated[
+        str | None,
+        typer.Option(
+            "--records",
+            help="Tally an earlier run's --output json or --journal instead of running.",
+        ),
+    ] = None,
     output: Output = "md",
 ) -> None:
-    """Accuracy per task and length of stock mlx-lm and LazyLLM presets on the offline suite."""
-    from lazymlx.evals.runner import evaluate as run_eval
-    from lazymlx.evals.runner import make_cases, records_as_dicts, summarize
-    from lazymlx.evals.tasks import parse_tasks
+    """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
     from lazymlx.measure import strategy
 
     check_format(output)
-    tasks, sizes = parse_tasks(task), parse_lengths(lengths)
+    if records is not None:
+        _emit_eval(output, *_recorded_eval(records))
+        return
     strategies = [strategy(name, model) for name in _presets(lazy)]
+    done, head = _run_suite(model, families, split, lengths, cases, strategies, baselines, journal)
+    _emit_eval(output, head, done)
+
+
+def _emit_eval(output: str, head: dict, records) -> None:
+    from lazymlx.evals.runner import records_as_dicts
+    from lazymlx.evals.summary import summarize
+
+    rows = summarize(records)
+    for row in rows:
+        row["kept_cell"] = kept_cell(row)
+    emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
+
+
+def _run_suite(model, families, split, lengths, cases, strategies, baselines, journal):
+    """The baseline (cached) and the strategies on a split's cases; the records and a header."""
+    import json
+    from pathlib import Path
+
+    from lazymlx.evals.baselines import BaselineCache
+    from lazymlx.evals.families import make_cases, parse_families, suite_counts
+    from lazymlx.evals.runner import evaluate as run_eval
+    from lazymlx.evals.runner import records_as_dicts
+
+    names, sizes = parse_families(families), parse_lengths(lengths)
+    counts = suite_counts(split, sizes, cases)
     loaded, tokenizer = _load(model)
-    suite = make_cases(tokenizer, tasks, sizes, cases, seed)
-    with run_progress(len(suite) * (1 + len(strategies))) as advance:
-        records = run_eval(
+    suite = make_cases(tokenizer, names, split, counts)
+    cache = BaselineCache(loaded, Path(baselines) if baselines else None)
+
+    def keep(record) -> None:
+        if journal:
+            with open(journal, "a") as log:
+                log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
+
+    runs = len(suite) * len(strategies) + sum(cache.get(c) is None for c in suite)
+    cache.hits = cache.misses = 0
+    with run_progress(runs) as advance:
+        done = run_eval(
             loaded,
             tokenizer,
             suite,
             strategies,
-            agree_tokens,
-            on_run=lambda case, mode: advance(f"{case.task} {case.length} #{case.seed} {mode}"),
+            cache,
+            on_run=lambda case, mode: advance(f"{case.family} {case.length} #{case.seed} {mode}"),
+            on_record=keep,
         )
-    rows = summarize(records)
-    rows.sort(key=lambda row: (row["task"], row["length"]))
     head = _header(
-        model, strategies, cases_per_task=cases, first_seed=seed, agree_tokens=agree_tokens
+        model,
+        strategies,
+        split=split,
+        cases_per_length={str(k): v for k, v in counts.items()},
+        baselines_cached=cache.hits,
+        baselines_run=cache.misses,
+        baseline_cache=str(cache.path),
     )
-    emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
+    return done, head
+
+
+def _recorded_eval(path: str):
+    """The header and records of an earlier eval's JSON output or journal."""
+    import json
+    from pathlib import Path
+
+    from lazymlx.evals.runner import records_from_dicts
+
+    try:
+        text = Path(path).read_text()
+        if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
+            earlier = json.loads(text)
+            head = {k: v for k, v in earlier.items() if k not in ("rows", "cases")}
+            return head, records_from_dicts(earlier["cases"])
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return {"records": path}, records_from_dicts(rows)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LazymlxError(
+            f"cannot read eval records from {path} ({error}); pass the JSON that "
+            "`lazymlx eval --output json` printed or a --journal file"
+        ) from error
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
 
 
 CALIBRATE_COLUMNS: list[Column] = [
-    ("mode", "strategy: schedule", str),
-    ("compute_fraction", "prefill computed", percent),
-    ("speedup", "speedup", ratio),
-    ("accuracy", "accuracy", percent),
-    ("answer_agreement", "same answers as baseline", percent),
-    ("agreement", "= baseline (first tokens)", percent),
-    ("meets_target", "meets target", yes_no),
+    ("mode", "candidate", str),
+    ("compute_fraction", "computed", percent),
+    ("speedup", "TTFT speedup", ratio),
+    ("kept_share", "kept", _share),
+    ("worst_length_share", "worst length", _share),
+    ("worst_family", "worst family", str),
+    ("worst_family_share", "its share", _share),
+    ("meets_default", "default's bar", yes_no),
+    ("meets_fast", "fast's bar", yes_no),
 ]
 
 
 def calibrate(
     model: Model = DEFAULT_MODEL,
-    target: Annotated[
+    per_length: Annotated[
         float,
-        typer.Option("--target", min=0.0, max=1.0, help="Agreement with the baseline to reach."),
-    ] = 0.97,
-    metric: Annotated[
-        str,
         typer.Option(
-            "--metric",
-            help="answers: right exactly where the baseline is; tokens: the first "
-            "--agree-tokens tokens equal the baseline's.",
+            "--per-length", min=0.0, max=1.0, help="Answers a default keeps at every length."
         ),
-    ] = "answers",
+    ] = 0.97,
+    per_family: Annotated[
+        float,
+        typer.Option(
+            "--per-family", min=0.0, max=1.0, help="Answers a default keeps in every family."
+        ),
+    ] = 0.90,
+    fast: Annotated[
+        float,
+        typer.Option("--fast", min=0.0, max=1.0, help="Answers the fast trade keeps overall."),
+    ] = 0.90,
     name: Annotated[
-        str, typer.Option("--name", help="Save the chosen schedule as this preset.")
+        str,
+        typer.Option("--name", help="Save the choice as this preset (and the trade as NAME-fast)."),
     ] = "calibrated",
     lengths: Annotated[
-        str, typer.Option("--lengths", "-l", help="Calibration prompt lengths.")
-    ] = "1k,2k",
-    task: Annotated[
-        str, typer.Option("--task", "-t", help="Calibration tasks (all or a list).")
+        str, typer.Option("--lengths", "-l", help="Calibration context lengths.")
+    ] = "1k,2k,4k,8k",
+    families: Annotated[
+        str, typer.Option("--families", "-f", help="Calibration task families.")
     ] = "all",
     cases: Annotated[
-        int, typer.Option("--cases", "-c", min=1, help="Cases per task and length.")
-    ] = 1,
-    selections: Annotated[
-        str,
+        int | None,
         typer.Option(
-            "--selections", help="Also run static,random at each schedule (for the plot)."
+            "--cases", "-c", min=1, help="Cases per family and length (default: suite's)."
         ),
-    ] = "attention",
-    agree_tokens: Annotated[
-        int, typer.Option("--agree-tokens", min=1, help="Tokens compared with the baseline's.")
-    ] = 8,
+    ] = None,
+    baselines: Annotated[
+        str | None,
+        typer.Option(
+            "--baselines", help="Baseline cache file to read and add to (default: yours)."
+        ),
+    ] = None,
+    journal: Annotated[
+        str | None,
+        typer.Option("--journal", help="Append every record to this JSON-lines file as it comes."),
+    ] = None,
     records: Annotated[
         str | None,
         typer.Option(
-            "--records",
-            help="Re-decide from an earlier `calibrate --output json` file instead of running.",
+            "--records", help="Re-decide from an earlier run's --output json or --journal."
         ),
     ] = None,
-    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen preset.")] = True,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen presets.")] = True,
     output: Output = "md",
 ) -> None:
-    """Find the fastest schedule whose answers agree with the baseline's on calibration cases."""
-    from lazymlx.bench import header
-    from lazymlx.calibrate import CANDIDATES, METRICS, schedule_label
-    from lazymlx.calibrate import calibrate as run_calibration
-    from lazymlx.config import SELECTIONS
-    from lazymlx.evals.runner import CALIBRATION_SEED, make_cases, records_as_dicts
-    from lazymlx.evals.tasks import parse_tasks
-    from lazymlx.presets import save_preset
+    """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers."""
+    from lazymlx.calibrate import Bar, candidate_strategies, choose
+    from lazymlx.evals.runner import records_as_dicts
+    from lazymlx.presets import resolve_preset, save_preset
 
     check_format(output)
-    if metric not in METRICS:
-        raise LazymlxError(f"unknown --metric {metric!r}; choose one of: {', '.join(METRICS)}")
-    chosen_selections = tuple(s.strip() for s in selections.split(",") if s.strip())
-    unknown = [s for s in chosen_selections if s not in SELECTIONS]
-    if unknown or "attention" not in chosen_selections:
-        raise LazymlxError(
-            f"--selections takes attention plus any of static, random; got {selections!r}"
-        )
-    tasks, sizes = parse_tasks(task), parse_lengths(lengths)
+    bar = Bar(per_length, per_family, fast)
     if records is not None:
-        head, result = _recorded(records, target, metric)
+        head, recorded = _recorded_eval(records)
     else:
-        loaded, tokenizer = _load(model)
-        suite = make_cases(tokenizer, tasks, sizes, cases, CALIBRATION_SEED)
-        runs = len(suite) * (1 + len(CANDIDATES) * len(chosen_selections))
-        with run_progress(runs) as advance:
-            result = run_calibration(
-                loaded,
-                tokenizer,
-                suite,
-                target,
-                metric,
-                selections=chosen_selections,
-                agree_tokens=agree_tokens,
-                on_run=lambda case, mode: advance(f"{case.task} {case.length} #{case.seed} {mode}"),
+        strategies = candidate_strategies(resolve_preset("default", model))
+        recorded, head = _run_suite(
+            model, families, "calibration", lengths, cases, strategies, baselines, journal
+        )
+    result = choose(recorded, bar)
+    head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}
+    emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(recorded))
+    if result.chosen is None and result.fast is None:
+        raise LazymlxError(
+            f"no candidate kept {per_length:.0%} of the baseline's answers at every length and "
+            f"{per_family:.0%} in every family, nor {fast:.0%} overall; lower the bar or add cases"
+        )
+    if not save:
+        return
+    configs = {s.mode: s.config for s in candidate_strategies(resolve_preset("default", model))}
+    for preset, chosen in ((name, result.chosen), (f"{name}-fast", result.fast)):
+        if chosen is not None:
+            details = {"candidate": chosen, "bar": vars(bar), "date": head.get("date")}
+            path = save_preset(head.get("model", model), preset, configs[chosen], details)
+            err.print(
+                f"[green]saved:[/] preset {preset!r} ({chosen}) for {head.get('model', model)} "
+                f"in {path}; use it with --lazy {preset}"
             )
-        head = header(
-            model, case_count=len(suite), lengths=sizes, tasks=tasks, agree_tokens=agree_tokens
-        )
-    head |= {"target": target, "metric": metric}
-    head["chosen"] = schedule_label(result.chosen) if result.chosen else None
-    emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(result.records))
-    if result.chosen is None:
-        raise LazymlxError(
-            f"no candidate schedule reached {metric} agreement {target:.0%} with the baseline; "
-            "lower --target or add cases"
-        )
-    if save:
-        keys = ("target", "metric", "case_count", "lengths", "tasks", "date")
-        details = {key: head.get(key) for key in keys}
-        path = save_preset(head["model"], name, result.chosen, details)
-        err.print(
-            f"[green]saved:[/] preset {name!r} ({schedule_label(result.chosen)}) for "
-            f"{head['model']} in {path}; use it with --lazy {name}"
-        )
-
-
-def _recorded(path: str, target: float, metric: str):
-    """The header and re-decided calibration of an earlier run's JSON."""
-    import json
-    from pathlib import Path
-
-    from lazymlx.calibrate import choose
-    from lazymlx.evals.runner import records_from_dicts
-
-    try:
-        earlier = json.loads(Path(path).read_text())
-        recorded = records_from_dicts(earlier["cases"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise LazymlxError(
-            f"cannot read calibration records from {path} ({error}); pass the JSON that "
-            "`lazymlx calibrate --output json` printed"
-        ) from error
-    head = {k: v for k, v in earlier.items() if k not in ("rows", "cases", "chosen")}
-    return head, choose(recorded, target, metric)

@@ -21,7 +21,7 @@ import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.tasks import make_case
+from lazymlx.evals.families import make_case
 from lazymlx.generation import encode_prompt
 from lazymlx.measure import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.platform import backend, blas_name, device_name
@@ -44,8 +44,8 @@ def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPr
     Retrieval is the default because random tokens say nothing about what pruning costs.
     """
     if kind == "passkey":
-        case = make_case("passkey", tokenizer, length, PASSKEY_SEED)
-        return BenchPrompt(encode_prompt(tokenizer, case.text).tolist(), case.gold)
+        case = make_case("passkey", tokenizer, length, PASSKEY_SEED, "calibration")
+        return BenchPrompt(encode_prompt(tokenizer, case.segments[0]).tolist(), case.gold)
     if kind == "random":
         special = max(tokenizer.all_special_ids, default=0) + 1
         rng = np.random.default_rng(length)

@@ -1,119 +1,242 @@
-"""The offline accuracy suite: task generators, scoring and length parsing."""
+"""The eval: task families, text sources and splits, the baseline cache, scoring and tallies."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import mlx.core as mx
 import pytest
+from conftest import random_model
 
+from lazymlx import LazyConfig
+from lazymlx.calibrate import Bar, choose
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.runner import CALIBRATION_SEED, Record, make_cases, summarize
-from lazymlx.evals.scoring import agrees, correct
-from lazymlx.evals.tasks import TASKS, make_case, parse_tasks
-from lazymlx.generation import encode_prompt
-from lazymlx.lengths import parse_length, parse_lengths
-
-
-@pytest.mark.parametrize("task", list(TASKS))
-@pytest.mark.parametrize("length", [600, 1500])
-def test_cases_are_deterministic_sized_and_hold_the_gold_answer_once(tiny, task, length):
-    _, tokenizer = tiny
-    case = make_case(task, tokenizer, length, seed=3)
-    assert case == make_case(task, tokenizer, length, seed=3)
-    assert case.text != make_case(task, tokenizer, length, seed=4).text
-    assert case.text.count(case.gold) == 1
-    tokens = encode_prompt(tokenizer, case.text).size
-    # at most the target, and within one haystack unit of it (a real sentence can be long: the
-    # tiny model's tokenizer spends a token on every few characters)
-    assert length - 200 < tokens <= length
-
-
-@pytest.mark.parametrize("task", list(TASKS))
-def test_the_answer_depth_sweeps_over_seeds(tiny, task):
-    _, tokenizer = tiny
-    depths = [make_case(task, tokenizer, 600, seed).depth for seed in range(5)]
-    assert depths == [0.1, 0.3, 0.5, 0.7, 0.9]
-
-
-def test_the_gold_answer_sits_at_its_depth(tiny):
-    _, tokenizer = tiny
-    for seed, depth in enumerate((0.1, 0.3, 0.5, 0.7, 0.9)):
-        case = make_case("passkey", tokenizer, 3000, seed)
-        where = case.text.index(case.gold) / len(case.text)
-        assert abs(where - depth) < 0.05
-
-
-def test_calibration_cases_never_repeat_eval_cases(tiny):
-    _, tokenizer = tiny
-    evals = make_cases(tokenizer, list(TASKS), [600], 3)
-    calibration = make_cases(tokenizer, list(TASKS), [600], 3, CALIBRATION_SEED)
-    assert not {c.text for c in evals} & {c.text for c in calibration}
-
-
-def test_a_length_too_short_for_a_task_is_a_clear_error(tiny):
-    _, tokenizer = tiny
-    with pytest.raises(LazymlxError, match="too short for the kv task"):
-        make_case("kv", tokenizer, 20, 0)
-
-
-def test_task_names():
-    assert parse_tasks("all") == list(TASKS)
-    assert parse_tasks("kv, passkey,kv") == ["kv", "passkey"]
-    with pytest.raises(LazymlxError, match="unknown task 'haystack'; choose from: all, passkey"):
-        parse_tasks("haystack")
-
-
-def test_scoring(tiny):
-    _, tokenizer = tiny
-    case = make_case("passkey", tokenizer, 600, 0)
-    assert correct(case, f" {case.gold}. Remember")
-    assert not correct(case, f" {case.gold[:-1]}")
-    assert not correct(case, f" {case.gold}2.")  # a number run on by a digit is a wrong number
-    assert not correct(case, f"1{case.gold}")
-    assert correct(case, f'"{case.gold}"\n')
-    assert agrees([1, 2, 3, 9], [1, 2, 3, 4], first=3)
-    assert not agrees([1, 2, 3, 9], [1, 2, 3, 4], first=4)
-    assert agrees([1, 2], [1, 2], first=8)  # both stopped early, the same way
-    assert not agrees([1, 2], [1, 2, 5], first=8)
-
-
-def test_summarize_groups_in_order():
-    def record(mode, task, ok, agree, fraction):
-        return Record(task, 512, 0, 0.5, mode, 500, ok, ok, agree, 1.0, 2.0, fraction, "")
-
-    rows = summarize(
-        [
-            record("baseline", "kv", True, True, 1.0),
-            record("lazy:default", "kv", False, False, 0.5),
-            record("baseline", "kv", True, True, 1.0),
-            record("lazy:default", "kv", True, True, 0.6),
-        ]
-    )
-    assert [r["mode"] for r in rows] == ["baseline", "lazy:default"]
-    assert rows[1] | {"compute_fraction": 0} == {
-        "mode": "lazy:default",
-        "task": "kv",
-        "length": 512,
-        "cases": 2,
-        "correct": 1,
-        "accuracy": 0.5,
-        "answer_agreement": 0.5,
-        "agreement": 0.5,
-        "compute_fraction": 0,
-        "speedup": 2.0,
-    }
-    assert rows[1]["compute_fraction"] == pytest.approx(0.55)
-
-
-@pytest.mark.parametrize(
-    ("text", "tokens"), [("512", 512), ("2k", 2048), ("8K", 8192), (" 1.5k ", 1536)]
+from lazymlx.evals import baselines as baselines_module
+from lazymlx.evals import sources
+from lazymlx.evals.baselines import BaselineCache, fingerprint
+from lazymlx.evals.families import (
+    FAMILIES,
+    KINDS,
+    VALIDATION_SEED,
+    context_tokens,
+    make_case,
+    make_cases,
+    parse_families,
+    suite_counts,
 )
-def test_lengths(text, tokens):
-    assert parse_length(text) == tokens
+from lazymlx.evals.runner import Outcome, Record, run_case
+from lazymlx.evals.scoring import common_prefix, wilson
+from lazymlx.evals.summary import ALL, summarize
+from lazymlx.segments import segment_ends, segment_max
+
+LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
 
 
-def test_length_lists_and_errors():
-    assert parse_lengths("1k,2k,8k,2k") == [1024, 2048, 8192]
-    for bad in ("2x", "0", "-5", "k", "0.3"):
-        with pytest.raises(LazymlxError, match="bad prompt length"):
-            parse_length(bad)
-    with pytest.raises(LazymlxError, match="no prompt length given"):
-        parse_lengths(" , ")
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_cases_are_deterministic_sized_and_plant_their_answer_once(tiny, family):
+    _, tokenizer = tiny
+    case = make_case(family, tokenizer, LENGTH, 3, "calibration")
+    assert case == make_case(family, tokenizer, LENGTH, 3, "calibration")
+    assert case.segments != make_case(family, tokenizer, LENGTH, 4, "calibration").segments
+    assert case.kind in KINDS and case.family == family
+    total = context_tokens(tokenizer, case.kind, case.segments) + case.max_tokens
+    assert LENGTH - 250 < total <= LENGTH
+    if case.gold is not None:
+        text = "".join(case.segments)
+        assert case.gold in text and case.correct(f" {case.gold}.") and not case.correct("none")
+
+
+def test_the_asked_fact_sweeps_depths_over_seeds(tiny):
+    _, tokenizer = tiny
+    cases = [make_case("needle-man", tokenizer, 3000, seed, "calibration") for seed in range(5)]
+    assert [c.depth for c in cases] == [0.1, 0.3, 0.5, 0.7, 0.9]
+    for case in cases:
+        text = case.segments[0]
+        assert abs(text.index(case.gold) / len(text) - case.depth) < 0.1
+
+
+def test_splits_never_share_a_seed_or_a_document(tiny):
+    _, tokenizer = tiny
+    counts = suite_counts("calibration", [LENGTH], 2)
+    calibration = make_cases(tokenizer, ["needle-docs", "kept"], "calibration", counts)
+    validation = make_cases(tokenizer, ["needle-docs", "kept"], "validation", counts)
+    assert {c.seed for c in calibration} == {0, 1}
+    assert {c.seed for c in validation} == {VALIDATION_SEED, VALIDATION_SEED + 1}
+    for source in ("python-docs", "man", "pkgdoc", "code"):
+        names = sources.documents(source)
+        halves = {
+            split: {n for n in names if sources.split_of(n) == split} for split in sources.SPLITS
+        }
+        assert halves["calibration"] and halves["validation"]
+        assert not halves["calibration"] & halves["validation"]
+        assert halves["calibration"] | halves["validation"] == set(names)
+    for split in sources.SPLITS:  # a haystack reads only its split's documents
+        stack = sources.Haystack("python-docs", split, seed=5)
+        stack(50)
+        read = [d for d in sources._shuffled_documents("python-docs", split, 5)[:3]]
+        assert all(sources.split_of(d) == split for d in read)
+
+
+def test_family_names_and_suite_sizes():
+    assert parse_families("all") == list(FAMILIES)
+    assert "freeform-text" not in parse_families("scored")
+    assert parse_families("kept, passkey,kept") == ["kept", "passkey"]
+    with pytest.raises(LazymlxError, match="unknown task family 'haystack'"):
+        parse_families("haystack")
+    assert suite_counts("validation", [1024, 8192]) == {1024: 4, 8192: 2}
+    assert suite_counts("calibration", [512], 5) == {512: 5}
+    with pytest.raises(LazymlxError, match="unknown split 'test'"):
+        suite_counts("test", [1024])
+
+
+def test_a_length_too_short_for_a_family_is_a_clear_error(tiny):
+    _, tokenizer = tiny
+    with pytest.raises(LazymlxError, match="too short for the json family"):
+        make_case("json", tokenizer, 40, 0, "calibration")
+
+
+def test_man_pages_lose_their_markup():
+    page = ".TH LS 1\n.SH NAME\nls \\- list\n.PP\nList \\fBfiles\\fR, \\(lqsorted\\(rq.\n.B \\-a\n"
+    text = sources.strip_roff(page)
+    assert "\\" not in text and ".TH" not in text
+    assert 'List files, "sorted".' in text and "ls - list" in text
+
+
+def test_scoring_helpers():
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix([], [1]) == 0
+    low, high = wilson(10, 10)
+    assert high == 1 and low == pytest.approx(0.7225, abs=1e-3)
+    low, high = wilson(0, 5)
+    assert low == 0 and high == pytest.approx(0.4345, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_segments_keep_a_sentence_whole(tiny):
+    _, tokenizer = tiny
+    ends = segment_ends(tokenizer)
+    ids = mx.array(tokenizer.encode("aa. bb\ncc", add_special_tokens=False))
+    flags = ends[ids].tolist()
+    text = [tokenizer.decode([i]) for i in ids.tolist()]
+    assert [t for t, f in zip(text, flags, strict=True) if f] == [".", "\n"]
+    scores = mx.array([0.1, 0.9, 0.0, 0.2, 0.3, 0.1, 0.0, 0.05, 0.01])
+    shaped = segment_max(scores, ends[ids], longest=64).tolist()
+    assert shaped[0] == pytest.approx(0.9 + 1e-4) and shaped[2] == pytest.approx(0.9)  # "aa."
+    assert min(shaped[3:7]) >= 0.3 and max(shaped[7:]) < 0.06  # " bb\n", then "cc"
+    pieces = segment_max(scores, mx.zeros(9, mx.bool_), longest=4).tolist()
+    assert pieces[4] == pytest.approx(0.3 + 3e-4) and pieces[8] == pytest.approx(0.01 + 1e-5)
+
+
+def _outcome(text: str, tokens: list[int], ttft: float = 1.0, fraction: float = 1.0) -> Outcome:
+    return Outcome(text, tokens, 100, ttft, fraction, fraction)
+
+
+def test_the_baseline_cache_misses_on_any_change_and_survives_a_restart(tiny, tmp_path: Path):
+    model, tokenizer = tiny
+    case = make_case("passkey", tokenizer, LENGTH, 0, "calibration")
+    path = tmp_path / "baselines.json"
+    cache = BaselineCache(model, path)
+    assert cache.get(case) is None and cache.misses == 1
+    cache.put(case, _outcome(f" {case.gold}.", [1, 2]))
+    again = BaselineCache(model, path)  # a new process reads what the last one wrote
+    assert again.get(case) == _outcome(f" {case.gold}.", [1, 2]) and again.hits == 1
+    for changed in (
+        replace(case, segments=(case.segments[0] + " ",)),
+        replace(case, max_tokens=case.max_tokens + 1),
+        replace(case, kind="followup"),
+    ):
+        assert again.get(changed) is None
+    other = random_model(seed=1)
+    assert fingerprint(other) != fingerprint(random_model(seed=2))
+    assert BaselineCache(other, path).get(case) is None  # another model's weights
+    assert list(path.parent.iterdir()) == [path]  # written atomically: no temporary left
+    path.write_text("{broken")
+    with pytest.raises(LazymlxError, match="cannot read the baseline cache"):
+        BaselineCache(model, path)
+
+
+def test_the_packaged_cache_is_read_but_never_written(tiny, tmp_path: Path, monkeypatch):
+    model, tokenizer = tiny
+    case = make_case("passkey", tokenizer, LENGTH, 1, "calibration")
+    packaged = tmp_path / "packaged.json"
+    writer = BaselineCache(model, packaged)
+    writer.put(case, _outcome("x", [3]))
+    monkeypatch.setattr(baselines_module, "PACKAGED", packaged)
+    mine = tmp_path / "mine.json"
+    cache = BaselineCache(model, mine)
+    assert cache.get(case) == _outcome("x", [3])
+    cache.put(make_case("passkey", tokenizer, LENGTH, 2, "calibration"), _outcome("y", [4]))
+    assert len(json.loads(mine.read_text())["entries"]) == 1
+    assert len(json.loads(packaged.read_text())["entries"]) == 1
+
+
+@pytest.mark.parametrize("family", ["needle-docs", "followup", "kept", "chat"])
+def test_keep_all_reproduces_the_baseline_through_every_path(tiny, family):
+    """The engine keeping everything gives stock mlx-lm's tokens whichever way the text reaches
+    the model: a raw prompt, a follow-up, a saved and loaded context, LLM's prefix reuse, a chat."""
+    model, tokenizer = tiny
+    seeds = (0, 1) if family == "kept" else (0,)  # kept: a context file, then LLM's reuse
+    for seed in seeds:
+        case = make_case(family, tokenizer, LENGTH, seed, "calibration")
+        case = replace(case, max_tokens=6)
+        stock = run_case(model, tokenizer, case, None)
+        lazy = run_case(model, tokenizer, case, LazyConfig())
+        assert lazy.tokens == stock.tokens and lazy.text == stock.text
+        assert lazy.prompt_tokens == stock.prompt_tokens > 500
+        assert stock.compute_fraction == 1 and lazy.compute_fraction == 1
+
+
+def test_a_pruned_context_counts_the_whole_conversations_work(tiny):
+    model, tokenizer = tiny
+    case = replace(make_case("kept", tokenizer, LENGTH, 0, "calibration"), max_tokens=4)
+    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=64)
+    outcome = run_case(model, tokenizer, case, pruned)
+    assert outcome.compute_fraction < 0.9  # the document's step pruned
+    # the question's own step ran whole and may have revived: at least stock's work for it
+    assert outcome.step_fraction >= 1
+
+
+def _record(family, length, mode, correct, baseline_correct, ttft=1.0, base_ttft=2.0):
+    return Record(
+        family, "calibration", length, 0, "raw", "filler", 0.5, mode, 1000, correct,
+        baseline_correct, 3, correct == baseline_correct, ttft, base_ttft, 0.5, 0.5, 10.0,
+        1.0, "", [1, 2, 3],
+    )  # fmt: skip
+
+
+def test_tallies_count_only_the_baselines_right_answers():
+    records = [
+        _record("passkey", 1024, "lazy:x", True, True),
+        _record("passkey", 1024, "lazy:x", False, True),
+        _record("passkey", 1024, "lazy:x", True, False),  # gained, not kept
+        _record("passkey", 2048, "lazy:x", True, True),
+        _record("freeform-text", 1024, "lazy:x", None, None),
+    ]
+    rows = {(r["family"], r["length"]): r for r in summarize(records)}
+    one = rows["passkey", 1024]
+    assert (one["cases"], one["baseline_right"], one["kept"], one["gained"]) == (3, 2, 1, 1)
+    assert one["kept_share"] == 0.5 and 0 < one["kept_low"] < 0.5 < one["kept_high"] < 1
+    assert one["speedup"] == 2
+    assert rows["passkey", ALL]["kept"] == 2 and rows["passkey", ALL]["baseline_right"] == 3
+    assert rows["freeform-text", 1024]["kept_share"] is None
+    assert rows[ALL, 1024]["cases"] == 4 and rows[ALL, ALL]["cases"] == 5
+
+
+def test_calibration_chooses_the_cheapest_candidate_meeting_each_bar():
+    def run(mode, fraction, lost):
+        out = []
+        for i in range(20):
+            family = "passkey" if i % 2 else "kept"
+            record = _record(family, 1024 * (1 + i % 2), mode, i >= lost, True)
+            out.append(replace(record, compute_fraction=fraction))
+        return out
+
+    records = run("baseline", 1.0, 0) + run("cheap", 0.3, 3) + run("mid", 0.5, 1)
+    records += run("safe", 0.7, 0)
+    result = choose(records, Bar(per_length=0.97, per_family=0.9, fast_overall=0.85))
+    assert result.chosen == "safe" and result.fast == "cheap"
+    frontier = {row["mode"]: row for row in result.frontier}
+    assert frontier["mid"]["worst_family"] == "kept" and not frontier["mid"]["meets_default"]
+    assert choose(records, Bar(0.9, 0.8, 0.99)).chosen == "mid"

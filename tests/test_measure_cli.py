@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from lazymlx.bench import bench_prompt
 from lazymlx.cli.app import app, main
 from lazymlx.errors import LazymlxError
-from lazymlx.evals import runner as runner_module
 from lazymlx.presets import presets_file, resolve_preset
 
 runner = CliRunner()
@@ -96,109 +95,93 @@ def test_bench_prompt_kinds(tiny, tmp_path: Path):
         bench_prompt(tokenizer, str(tmp_path / "missing.txt"), 100)
 
 
-def test_eval_reports_accuracy_per_task_length_and_mode(tiny_model_dir: Path):
-    data = json.loads(
-        invoke(
-            "eval",
-            "-m",
-            str(tiny_model_dir),
-            "--task",
-            "passkey,kv",
-            "--lengths",
-            "600",
-            "--cases",
-            "2",
-            "--lazy",
-            "off,random",
-            "--output",
-            "json",
-        )  # fmt: skip
-    )
-    rows = {(r["task"], r["mode"]): r for r in data["rows"]}
-    assert set(rows) == {
-        (t, m) for t in ("passkey", "kv") for m in ("baseline", "lazy:off", "random")
-    }
-    for (_, mode), row in rows.items():
-        assert row["cases"] == 2 and 0 <= row["accuracy"] <= 1
-        if mode in ("baseline", "lazy:off"):
-            assert row["agreement"] == 1
-    assert len(data["cases"]) == 2 * 2 * 3
-    assert {"text", "correct", "agrees", "seed", "depth"} <= set(data["cases"][0])
+def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Path, tmp_path):
+    cache, journal = tmp_path / "baselines.json", tmp_path / "records.jsonl"
+    args = [
+        "eval", "-m", str(tiny_model_dir), "--families", "passkey,kept", "--lengths", "1000",
+        "--cases", "2", "--lazy", "off,random", "--baselines", str(cache),
+        "--journal", str(journal), "--output", "json",
+    ]  # fmt: skip
+    data = json.loads(invoke(*args))
+    assert data["split"] == "validation" and data["baselines_run"] == 4
+    rows = {(r["family"], r["length"], r["mode"]): r for r in data["rows"]}
+    for mode in ("baseline", "lazy:off", "random"):
+        for family in ("passkey", "kept", "all"):
+            row = rows[family, 1000, mode]
+            assert row["cases"] == (4 if family == "all" else 2)
+            assert {"baseline_right", "kept", "kept_low", "kept_high", "gained"} <= set(row)
+        assert rows["all", 1000, mode]["compute_fraction"] <= 1
+    assert rows["all", 1000, "lazy:off"]["identical"] == 1  # keep-all is the baseline
+    assert len(data["cases"]) == 12 == len(journal.read_text().splitlines())
+    assert {"text", "correct", "baseline_correct", "seed", "depth", "kind"} <= set(data["cases"][0])
+    again = json.loads(invoke(*args))  # every baseline is cached now: only the presets run
+    assert again["baselines_cached"] == 4 and again["baselines_run"] == 0
+    tallied = json.loads(invoke("eval", "--records", str(journal), "-o", "json"))
+    assert len(tallied["cases"]) == 24 and tallied["rows"][0]["cases"] == 4
+    table = invoke("eval", "--records", str(journal))
+    assert "| family " in table and "kept [95% CI]" in table
 
 
-def test_calibrate_saves_the_fastest_schedule_meeting_the_target(
+def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     tiny_model_dir: Path, tmp_path: Path
 ):
     model = str(tiny_model_dir)
     presets_file().unlink(missing_ok=True)
-    data = json.loads(
-        invoke(
-            "calibrate",
-            "-m",
-            model,
-            "--target",
-            "0",
-            "--task",
-            "passkey",
-            "--lengths",
-            "600",
-            "--cases",
-            "1",
-            "--name",
-            "mine",
-            "--output",
-            "json",
-        )  # fmt: skip
-    )
-    attention = [r for r in data["rows"] if r["selection"] == "attention"]
-    assert len(attention) >= 5 and all(r["meets_target"] for r in attention)
-    fastest = min(attention, key=lambda r: r["compute_fraction"])
-    assert data["chosen"] == fastest["mode"].removeprefix("attention: ")
-    saved = resolve_preset("mine", model)
-    assert [list(p) for p in saved.schedule] == fastest["schedule"]
-    # the same measurements re-decided from the JSON, without running anything
-    recorded = tmp_path / "calibration.json"
+    args = [
+        "calibrate", "-m", model, "--families", "passkey", "--lengths", "1000", "--cases", "1",
+        "--per-length", "0", "--per-family", "0", "--fast", "0", "--name", "mine",
+        "--baselines", str(tmp_path / "b.json"), "--output", "json",
+    ]  # fmt: skip
+    data = json.loads(invoke(*args))
+    candidates = [r for r in data["rows"] if r["mode"] != "baseline"]
+    assert len(candidates) >= 3 and all(r["meets_default"] for r in candidates)
+    fastest = min(candidates, key=lambda r: r["compute_fraction"])
+    assert data["chosen"] == data["fast"] == fastest["mode"]
+    assert resolve_preset("mine", model).prunes and resolve_preset("mine-fast", model).prunes
+    recorded = tmp_path / "calibration.json"  # re-decided from the JSON, running nothing
     recorded.write_text(json.dumps(data))
     again = json.loads(
-        invoke("calibrate", "--records", str(recorded), "--target", "0", "--no-save", "-o", "json")
-    )
-    assert again["rows"] == data["rows"] and again["chosen"] == data["chosen"]
-    assert again["case_count"] == 1
-    strict = json.loads(
-        invoke("calibrate", "--records", str(recorded), "--target", "1", "--metric", "tokens",
-               "--no-save", "-o", "json")
+        invoke("calibrate", "--records", str(recorded), "--per-length", "0", "--per-family", "0",
+               "--fast", "0", "--no-save", "-o", "json")
     )  # fmt: skip
-    assert [r["meets_target"] for r in strict["rows"]] == [
-        r["agreement"] == 1 for r in data["rows"]
-    ]
+    assert again["rows"] == data["rows"] and again["chosen"] == data["chosen"]
     assert "mine" in invoke("generate", "-m", model, "-p", "the", "--raw", "-n", "2", "--json", "--lazy", "mine")  # fmt: skip
     presets_file().unlink()
 
 
-def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(
-    tiny_model_dir: Path, capsys, monkeypatch
-):
+def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(tmp_path: Path, capsys):
     presets_file().unlink(missing_ok=True)
-    # every pruned run disagrees with the baseline (which is the same run as itself)
-    monkeypatch.setattr(runner_module, "agrees", lambda tokens, baseline, first: tokens is baseline)
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            ["calibrate", "-m", str(tiny_model_dir), "--target", "0.5", "--task", "passkey",
-             "--lengths", "600", "--cases", "1", "--metric", "tokens", "--output", "json"]
+    records = tmp_path / "records.jsonl"
+    rows = []
+    for mode, right in (("baseline", True), ("worse", False)):
+        rows.append(
+            {
+                "family": "passkey", "split": "calibration", "length": 1024, "seed": 0,
+                "kind": "raw", "source": "filler", "depth": 0.5, "mode": mode,
+                "prompt_tokens": 1000, "correct": right, "baseline_correct": True,
+                "agreed_tokens": 0, "identical": right, "ttft_s": 1.0, "baseline_ttft_s": 1.0,
+                "compute_fraction": 0.5, "step_fraction": 0.5, "generation_tps": 1.0,
+                "peak_memory_gb": 1.0, "text": "", "tokens": [],
+            }
         )  # fmt: skip
+    records.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", "--records", str(records), "--output", "json"])
     captured = capsys.readouterr()
     assert exit_info.value.code == 1
-    assert json.loads(captured.out)["chosen"] is None  # the frontier is still printed
-    assert captured.err.startswith("error: no candidate schedule reached tokens agreement 50%")
+    data = json.loads(captured.out)  # the frontier is still printed
+    assert data["chosen"] is None and data["fast"] is None
+    assert captured.err.startswith("error: no candidate kept 97% of the baseline's answers")
     assert not presets_file().exists()
 
 
-def test_calibration_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):
+def test_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text('{"rows": []}')
-    with pytest.raises(SystemExit) as exit_info:
-        main(["calibrate", "--records", str(broken)])
-    captured = capsys.readouterr()
-    assert exit_info.value.code == 1
-    assert captured.err.startswith(f"error: cannot read calibration records from {broken}")
-    assert len(captured.err.strip().splitlines()) == 1
+    for command in ("calibrate", "eval"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--records", str(broken)])
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 1
+        assert captured.err.startswith(f"error: cannot read eval records from {broken}")
+        assert len(captured.err.strip().splitlines()) == 1

@@ -1,59 +1,177 @@
-"""Runs cases through the baseline and other strategies, one case at a time, and tallies them.
+"""Runs cases the way users' text reaches the model, and compares each strategy with the baseline.
 
-Every strategy runs right after the baseline on the same case, so a slow spell on a shared
-machine hits them alike and each speedup is a side-by-side ratio.
+Every kind of case goes through the public path a user takes: `stream_generate` for a raw
+prompt; a `Context` reused across two prompts for a follow-up (as `generate` continues a
+conversation); a context file saved, loaded and continued (`--prompt-cache-file`); `LLM`'s prefix
+reuse (the server's path); `ChatSession` for chats. The baseline (stock mlx-lm with its KV cache)
+runs the same path with lazy=None, and its outcome is cached on disk (baselines.py), so a preset
+costs only its own side.
 """
 
 from __future__ import annotations
 
-import statistics
+import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.evals.scoring import AGREE_TOKENS, agrees, correct
-from lazymlx.evals.tasks import Case, make_case
-from lazymlx.generation import encode_prompt
-from lazymlx.measure import BASELINE_STRATEGY, Strategy, run_once
+from lazymlx.config import LazyConfig
+from lazymlx.contexts import Context, load_context, new_cache, save_context
+from lazymlx.evals.baselines import BaselineCache
+from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
+from lazymlx.evals.scoring import common_prefix
+from lazymlx.generation import Response, encode_prompt, stream_generate
+from lazymlx.measure import BASELINE, Strategy
 
-EVAL_SEED = 0  # eval cases use seeds 0, 1, ...
-CALIBRATION_SEED = 100_000  # calibration cases start here, so the two sets never share a case
+
+@dataclass
+class Outcome:
+    """What the scored step of a case produced and cost."""
+
+    text: str
+    tokens: list[int]
+    prompt_tokens: int  # the context at the scored step: every token before its answer
+    ttft_s: float  # the scored step's time to first token
+    compute_fraction: float  # the whole case's (token, layer) work ÷ stock's (1 for stock)
+    step_fraction: float  # the scored prompt step's work ÷ stock's for that step
+    generation_tps: float = 0.0
+    peak_memory_gb: float = 0.0
+
+
+def _collect(responses: Iterable[Response], cached: int = 0) -> Outcome:
+    tokens, pieces, last = [], [], None
+    for last in responses:
+        tokens.append(last.token)
+        pieces.append(last.text)
+    lazy = last.lazy
+    return Outcome(
+        text="".join(pieces),
+        tokens=tokens,
+        prompt_tokens=cached + last.prompt_tokens,
+        ttft_s=last.ttft_s,
+        compute_fraction=lazy.context_fraction if lazy else 1.0,
+        step_fraction=lazy.prefill_fraction if lazy else 1.0,
+        generation_tps=last.generation_tps if last.generation_tokens > 1 else 0.0,
+        peak_memory_gb=last.peak_memory,
+    )
+
+
+def _continued(context: Context, tokens: list[int], model: nn.Module) -> list[int]:
+    """The tokens a prompt still needs after reusing the context's longest shared prefix."""
+    return tokens[context.reuse(tokens, model) :]
+
+
+def run_case(
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
+) -> Outcome:
+    """One case through the path its kind stands for; greedy; the scored step's outcome."""
+    first = encode_prompt(tokenizer, case.segments[0]).tolist()
+    later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
+    options = {"lazy": lazy}
+    if case.kind == "raw":
+        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, **options))
+    if case.kind == "chat":
+        from lazymlx.session import ChatSession
+
+        session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=FIRST_REPLY)
+        for message in case.segments[:-1]:
+            for _ in session.send(message):
+                pass
+        session.generation["max_tokens"] = case.max_tokens
+        outcome = _collect(session.send(case.segments[-1]))
+        outcome.prompt_tokens = len(session.context.tokens) - len(outcome.tokens)
+        return outcome
+    if case.kind == "kept-llm":
+        from lazymlx.llm import LLM
+
+        llm = LLM(lambda: (model, tokenizer), lazy=lazy)
+        llm.generate(first, max_tokens=1)
+        stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
+        outcome = _collect(stream)
+        outcome.prompt_tokens = stream.prompt_tokens
+        return outcome
+    context = Context(new_cache(model, lazy))
+    answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
+    for response in stream_generate(
+        model, tokenizer, _continued(context, first, model), answer_tokens,
+        prompt_cache=context.cache, **options,
+    ):  # fmt: skip
+        context.tokens.append(response.token)
+    if case.kind == "kept-file":
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "context.safetensors"
+            preset = "off" if lazy is None else "eval"
+            save_context(path, context, "eval-model", preset)
+            context, _ = load_context(path, model, "eval-model", lazy)
+    tokens = context.tokens + later[0]
+    new = _continued(context, tokens, model)
+    return _collect(
+        stream_generate(
+            model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
+        ),
+        len(tokens) - len(new),
+    )
 
 
 @dataclass
 class Record:
-    """One case under one strategy."""
+    """One case under one strategy, next to the baseline's outcome on it."""
 
-    task: str
+    family: str
+    split: str
     length: int
     seed: int
+    kind: str
+    source: str
     depth: float
     mode: str
     prompt_tokens: int
-    correct: bool
-    same_answer: bool  # right exactly when the baseline is right on this case
-    agrees: bool  # first AGREE_TOKENS tokens equal the baseline's
+    correct: bool | None  # None: free-form (no gold)
+    baseline_correct: bool | None
+    agreed_tokens: int  # how many first tokens equal the baseline's
+    identical: bool  # every generated token equals the baseline's
     ttft_s: float
-    speedup: float  # baseline TTFT / this TTFT, same case, back to back
+    baseline_ttft_s: float
     compute_fraction: float
+    step_fraction: float
+    generation_tps: float
+    peak_memory_gb: float
     text: str
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def kept(self) -> bool | None:
+        """Right where the baseline is right (None where the baseline is wrong or no gold)."""
+        return self.correct if self.baseline_correct else None
 
 
-def make_cases(
-    tokenizer: TokenizerWrapper,
-    tasks: Iterable[str],
-    lengths: Iterable[int],
-    per_task: int,
-    first_seed: int = EVAL_SEED,
-) -> list[Case]:
-    return [
-        make_case(task, tokenizer, length, first_seed + i)
-        for length in lengths
-        for task in tasks
-        for i in range(per_task)
-    ]
+def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome) -> Record:
+    return Record(
+        family=case.family,
+        split=case.split,
+        length=case.length,
+        seed=case.seed,
+        kind=case.kind,
+        source=case.source,
+        depth=case.depth,
+        mode=mode,
+        prompt_tokens=outcome.prompt_tokens,
+        correct=case.correct(outcome.text),
+        baseline_correct=case.correct(baseline.text),
+        agreed_tokens=common_prefix(outcome.tokens, baseline.tokens),
+        identical=outcome.tokens == baseline.tokens,
+        ttft_s=outcome.ttft_s,
+        baseline_ttft_s=baseline.ttft_s,
+        compute_fraction=outcome.compute_fraction,
+        step_fraction=outcome.step_fraction,
+        generation_tps=outcome.generation_tps,
+        peak_memory_gb=outcome.peak_memory_gb,
+        text=outcome.text,
+        tokens=outcome.tokens,
+    )
 
 
 def evaluate(
@@ -61,62 +179,30 @@ def evaluate(
     tokenizer: TokenizerWrapper,
     cases: list[Case],
     strategies: list[Strategy],
-    agree_tokens: int = AGREE_TOKENS,
+    baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None = None,
+    on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
-    """The baseline and then each strategy on every case; baseline records come first per case."""
+    """The baseline (from the cache, or run and cached) and each strategy on every case."""
     records = []
     for case in cases:
-        prompt = encode_prompt(tokenizer, case.text).tolist()
-        baseline = None
-        for strategy in [BASELINE_STRATEGY, *strategies]:
+        baseline = baselines.get(case)
+        if baseline is None:
+            if on_run:
+                on_run(case, BASELINE)
+            baseline = run_case(model, tokenizer, case, None)
+            baselines.put(case, baseline)
+        fresh = [_record(case, BASELINE, baseline, baseline)]
+        for strategy in strategies:
             if on_run:
                 on_run(case, strategy.mode)
-            run = run_once(model, tokenizer, prompt, case.max_tokens, strategy.config)
-            baseline = baseline or run
-            right = correct(case, run.text)
-            records.append(
-                Record(
-                    task=case.task,
-                    length=case.length,
-                    seed=case.seed,
-                    depth=case.depth,
-                    mode=strategy.mode,
-                    prompt_tokens=run.prompt_tokens,
-                    correct=right,
-                    same_answer=right == correct(case, baseline.text),
-                    agrees=agrees(run.tokens, baseline.tokens, agree_tokens),
-                    ttft_s=run.ttft_s,
-                    speedup=baseline.ttft_s / run.ttft_s,
-                    compute_fraction=run.compute_fraction,
-                    text=run.text,
-                )
-            )
+            outcome = run_case(model, tokenizer, case, strategy.config)
+            fresh.append(_record(case, strategy.mode, outcome, baseline))
+        for record in fresh:
+            if on_record:
+                on_record(record)
+        records += fresh
     return records
-
-
-def summarize(
-    records: list[Record], by: tuple[str, ...] = ("mode", "task", "length")
-) -> list[dict]:
-    """Accuracy, agreement, compute fraction and speedup per group, groups in first-seen order."""
-    groups: dict[tuple, list[Record]] = {}
-    for record in records:
-        groups.setdefault(tuple(getattr(record, key) for key in by), []).append(record)
-    rows = []
-    for key, group in groups.items():
-        rows.append(
-            dict(zip(by, key, strict=True))
-            | {
-                "cases": len(group),
-                "correct": sum(r.correct for r in group),
-                "accuracy": statistics.mean(r.correct for r in group),
-                "answer_agreement": statistics.mean(r.same_answer for r in group),
-                "agreement": statistics.mean(r.agrees for r in group),
-                "compute_fraction": statistics.mean(r.compute_fraction for r in group),
-                "speedup": statistics.mean(r.speedup for r in group),
-            }
-        )
-    return rows
 
 
 def records_as_dicts(records: list[Record]) -> list[dict]:

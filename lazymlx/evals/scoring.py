@@ -1,18 +1,32 @@
-"""How a generation is scored: against the gold answer, and against the baseline's own output."""
+"""How answers are scored: whole against the gold, against the baseline's tokens, with intervals."""
 
 from __future__ import annotations
 
-from lazymlx.evals.tasks import Case
+import math
 
-AGREE_TOKENS = 8  # the answers of these tasks fit in 8 tokens, except a UUID's tail
-
-
-def correct(case: Case, text: str) -> bool:
-    """Right when the gold value appears whole in the generated text (RULER's string match,
-    with no letter or digit run on at either end)."""
-    return case.correct(text)
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
 
-def agrees(tokens: list[int], baseline: list[int], first: int = AGREE_TOKENS) -> bool:
-    """Exact match of the first `first` greedy tokens with the baseline's (fewer if both stopped)."""
-    return tokens[:first] == baseline[:first]
+def common_prefix(tokens: list[int], baseline: list[int]) -> int:
+    """How many first tokens equal the baseline's."""
+    count = 0
+    for mine, theirs in zip(tokens, baseline, strict=False):
+        if mine != theirs:
+            break
+        count += 1
+    return count
+
+
+def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion: sound at 0 and at n of n, where the normal
+    approximation collapses to a point (the share of answers kept is usually near 1)."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    center = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = (
+        z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    )
+    low = 0.0 if successes == 0 else center - half
+    high = 1.0 if successes == trials else center + half
+    return low, high

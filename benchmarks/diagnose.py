@@ -1,0 +1,129 @@
+"""Why a preset loses an answer: where each planted fact's tokens stop, and how each layer ranks them.
+
+For each case (raw prompts only), two runs of the prompt alone:
+- the preset's lazy prompt step: every token's depth (the layers it went through); for each
+  planted piece (the asked fact first, then look-alikes, distractors) the depth of each of its
+  tokens, so a fact whose key stopped at layer 7 while its value went on shows as such;
+- a keep-all pass that ranks the prompt's tokens at every layer by the preset's rule: the share a
+  prune at that layer must keep for a piece's every token to survive (1.0: it ranks last).
+Calibration cases only: this chooses knobs.
+
+    .venv/bin/python benchmarks/diagnose.py --families lookalike,passkey --lengths 2k \\
+        --seeds 0,1,2 --lazy default --output benchmarks/results/diagnose_lookalike_2k.json
+"""
+
+from __future__ import annotations
+
+import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
+
+# isort: split
+import argparse
+import json
+
+import mlx.core as mx
+
+from lazymlx.bench import header
+from lazymlx.cache import LazyState
+from lazymlx.cli.app import load_model
+from lazymlx.evals.families import Case, make_case, parse_families
+from lazymlx.generation import encode_prompt
+from lazymlx.lengths import parse_lengths
+from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer, prompt_step
+from lazymlx.presets import resolve_preset
+from lazymlx.segments import segment_ends
+
+
+def piece_rows(tokenizer, case: Case, prompt: list[int]) -> list[list[int]]:
+    """The prompt rows of each planted piece's tokens."""
+    text = case.segments[0]
+    encoded = tokenizer._tokenizer(text, return_offsets_mapping=True)
+    shift = len(prompt) - len(encoded["input_ids"])  # special tokens encode_prompt adds in front
+    rows = []
+    for piece in case.planted:
+        start = text.index(piece)
+        end = start + len(piece)
+        rows.append(
+            [
+                shift + row
+                for row, (a, b) in enumerate(encoded["offset_mapping"])
+                if a < end and b > start and b > a
+            ]
+        )
+    return rows
+
+
+def needed_share(scores: mx.array, rows: list[int]) -> float:
+    order = mx.argsort(-scores)
+    rank = mx.zeros(scores.size, mx.int32)
+    rank[order] = mx.arange(scores.size, dtype=mx.int32)
+    return (max(rank[mx.array(rows)].tolist()) + 1) / scores.size
+
+
+def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[list[int]]):
+    """Per layer, per piece: the share of the prompt a prune there must keep to keep it whole."""
+    state = LazyState(model)
+    adapter, tokens = state.adapter, mx.array(prompt)
+    state.aux.extend(tokens, depth=state.num_layers)
+    ranker = Ranker(config, 0, segment_ends(tokenizer))
+    h = adapter.embed(tokens[None])
+    positions = mx.arange(tokens.size, dtype=mx.int32)
+    shares = []
+    for layer, block in enumerate(adapter.layers):
+        h, observed = _layer(
+            state, layer, block, h, positions, 0, 0, PREFILL_CHUNK, False, config.window
+        )
+        scores = ranker.shape(ranker.rows(observed, state[layer], block.self_attn.scale), tokens)
+        shares.append([round(needed_share(scores, rows), 3) for rows in pieces])
+        mx.eval(h)
+    return shares
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--families", default="lookalike,passkey")
+    parser.add_argument("--lengths", default="2k")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--lazy", default="default")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    model, tokenizer = load_model(args.model)
+    config = resolve_preset(args.lazy, args.model)
+    results = []
+    for length in parse_lengths(args.lengths):
+        for family in parse_families(args.families):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                case = make_case(family, tokenizer, length, seed, "calibration")
+                if case.kind != "raw" or not case.planted:
+                    continue
+                prompt = encode_prompt(tokenizer, case.segments[0]).tolist()
+                pieces = piece_rows(tokenizer, case, prompt)
+                state = LazyState(model)
+                prompt_step(
+                    state, mx.array(prompt), config, ends=segment_ends(tokenizer), prune=True
+                )
+                depth = state.aux.depths().tolist()
+                results.append(
+                    {
+                        "family": family, "length": length, "seed": seed, "gold": case.gold,
+                        "pieces": [
+                            {"text": piece, "holds_gold": case.gold in piece,
+                             "tokens": [tokenizer.decode([prompt[r]]) for r in rows],
+                             "depths": [depth[r] for r in rows]}
+                            for piece, rows in zip(case.planted, pieces, strict=True)
+                        ],
+                        "needed": keep_all_ranks(model, tokenizer, config, prompt, pieces),
+                    }
+                )  # fmt: skip
+                asked = results[-1]["pieces"][0]
+                print(f"{family} {length} #{seed}: asked fact depths {asked['depths']}", flush=True)
+                with open(args.output, "w") as f:
+                    json.dump(
+                        {"header": header(args.model, lazy=args.lazy), "cases": results},
+                        f,
+                        indent=1,
+                    )
+
+
+if __name__ == "__main__":
+    main()

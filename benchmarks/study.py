@@ -1,0 +1,97 @@
+"""Calibration studies: named rules run on calibration cases next to the cached baseline.
+
+Each study is a set of configs built from a base rule (the scoring, decode and revival every
+study shares unless it varies them). The records go to a JSON-lines journal; tally them with
+`lazymlx eval --records FILE` (per family and length, with intervals). Only calibration cases:
+whatever is chosen from these is then validated on the other split.
+
+    .venv/bin/python benchmarks/study.py --study schedules --lengths 1k,2k \\
+        --journal benchmarks/results/studies/schedules_1k_2k.jsonl
+"""
+
+from __future__ import annotations
+
+import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
+
+# isort: split
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from lazymlx.cli.app import load_model
+from lazymlx.config import LazyConfig
+from lazymlx.evals.baselines import PACKAGED, BaselineCache
+from lazymlx.evals.families import make_cases, parse_families, suite_counts
+from lazymlx.evals.runner import evaluate, records_as_dicts
+from lazymlx.lengths import parse_lengths
+from lazymlx.measure import Strategy
+
+# The rule every study starts from: the v2 default's scoring (last 8 tokens, each chosen token's
+# next 12 kept, the first 4 kept), its decode (revive 16 a layer for 8 steps), prompts under 256
+# tokens whole, and revival in later prompt steps.
+BASE = LazyConfig(
+    keep_first=4, window=8, pool=12, decode="revive", min_prompt=256, prompt_revive=None
+)
+
+
+def schedule(*pairs: tuple[float, float], **changes) -> LazyConfig:
+    return replace(BASE, schedule=pairs, **changes)
+
+
+V2_SCHEDULE = dict(
+    schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), floors=((0.24, 0.25),)
+)
+STUDIES: dict[str, dict[str, LazyConfig]] = {
+    # where the first prune sits, at about the same compute (prefill share in the name)
+    "schedules": {
+        "v2 schedule (0.46)": replace(BASE, **V2_SCHEDULE),
+        "0.4@24% 0.4@57% (0.46)": schedule((0.24, 0.4), (0.57, 0.4)),
+        "0.25@40% 0.5@70% (0.51)": schedule((0.4, 0.25), (0.7, 0.5)),
+        "0.4@40% 0.4@70% (0.57)": schedule((0.4, 0.4), (0.7, 0.4)),
+        "0.2@50% (0.60)": schedule((0.5, 0.2)),
+        "0.3@50% 0.5@80% (0.62)": schedule((0.5, 0.3), (0.8, 0.5)),
+    },
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", choices=list(STUDIES), required=True)
+    parser.add_argument("--only", help="comma-separated names of the study's configs to run")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--families", default="all")
+    parser.add_argument("--lengths", default="1k,2k")
+    parser.add_argument("--cases", type=int, help="cases per family and length (default: suite's)")
+    parser.add_argument("--journal", required=True)
+    args = parser.parse_args()
+    configs = STUDIES[args.study]
+    if args.only:
+        configs = {name: configs[name] for name in args.only.split(",")}
+    model, tokenizer = load_model(args.model)
+    counts = suite_counts("calibration", parse_lengths(args.lengths), args.cases)
+    cases = make_cases(tokenizer, parse_families(args.families), "calibration", counts)
+    cache = BaselineCache(model, PACKAGED if args.model == "smollm2-135m" else None)
+    journal = Path(args.journal)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(record) -> None:
+        import json
+
+        with journal.open("a") as file:
+            file.write(json.dumps(records_as_dicts([record])[0]) + "\n")
+
+    evaluate(
+        model,
+        tokenizer,
+        cases,
+        [Strategy(name, config) for name, config in configs.items()],
+        cache,
+        on_run=lambda case, mode: print(
+            f"{case.family} {case.length} #{case.seed} {mode}", flush=True
+        ),
+        on_record=write,
+    )
+
+
+if __name__ == "__main__":
+    main()

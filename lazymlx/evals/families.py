@@ -1,0 +1,643 @@
+"""The eval's task families: cases generated from (family, split, length, seed), answers scored whole.
+
+Each case is one to three *segments* of text and a *kind* saying how they reach the model, the
+way a user's text does (lazymlx/evals/runner.py runs them):
+- raw: one raw completion prompt whose last words lead into the answer (SmolLM2-class models
+  retrieve far better through a raw prompt than through a chat template);
+- followup: a raw prompt answered, then a second question appended to the same context;
+- kept-file: a document's context saved to a file (`--prompt-cache-file`), loaded, then asked;
+- kept-llm: the same through `LLM`'s prefix reuse (what the server does for a conversation);
+- chat: messages through the chat template (ChatSession), the last reply scored.
+A case is sized with the model's tokenizer to at most its length in tokens (replies included),
+its gold answer appearing exactly once. Free-form cases have no gold: their first 32 greedy
+tokens are compared with keep-all's.
+
+Calibration and validation cases differ in seed (validation seeds start at VALIDATION_SEED) and,
+for prose, in the documents they are cut from (sources.split_of), so whatever chooses a knob on
+calibration cases meets unseen text in validation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from lazymlx.errors import LazymlxError
+from lazymlx.evals.sources import PROSE_SOURCES, SPLITS, haystack
+from lazymlx.prompts import FILLER, holds_answer
+
+VALIDATION_SEED = 1_000_000
+DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+FREE_TOKENS = 32  # free-form cases: tokens compared with keep-all's
+FIRST_REPLY = 24  # the reply to a chat's first message, before the scored one
+FIRST_ANSWER = 10  # a follow-up case's first answer
+CHAT_OVERHEAD = 12  # template tokens around one more chat message
+KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")
+
+CITIES = (
+    "Lisbon", "Oslo", "Quito", "Hanoi", "Tunis", "Lima", "Accra", "Perth", "Dakar", "Riga",
+    "Sofia", "Cusco", "Bergen", "Porto", "Kyoto", "Malmo",
+)  # fmt: skip
+COLORS = (
+    "red", "green", "blue", "yellow", "white", "black", "orange", "purple", "silver", "brown",
+    "grey", "golden",
+)  # fmt: skip
+PEOPLE = (
+    "Ada", "Bruno", "Clara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Iris", "Jonas",
+    "Kenji", "Lina", "Marta", "Nadia", "Omar", "Pia", "Rafael", "Sara", "Theo", "Yara",
+)  # fmt: skip
+SERVICES = (
+    "billing", "search", "mailer", "gateway", "ledger", "scheduler", "uploader", "auth",
+    "metrics", "reports", "cache", "indexer",
+)  # fmt: skip
+TEAMS = ("Apollo", "Borealis", "Cobalt", "Delta", "Ember", "Falcon", "Granite", "Harbor")
+CONSTANTS = (
+    "MAX_RETRY_DELAY", "DEFAULT_PORT", "BUFFER_LIMIT", "CACHE_SIZE", "MAX_WORKERS",
+    "SESSION_TIMEOUT", "BATCH_SIZE", "QUEUE_DEPTH",
+)  # fmt: skip
+# The passkey task as Landmark Attention and LongLoRA wrote it (the format LazyLLM-era papers use).
+PASSKEY_HEAD = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+    "them. I will quiz you about the important information there. "
+)
+NOISE = FILLER.strip()
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One kind of fact: how it is stated, asked, and answered (the lead the answer follows)."""
+
+    statement: str
+    question: str
+    lead: str
+    keys: tuple[str, ...]
+
+    def state(self, key: str, value: str) -> str:
+        return self.statement.format(key=key, value=value)
+
+    def ask(self, key: str) -> str:
+        return f"{self.question.format(key=key)} {self.lead.format(key=key)}"
+
+
+FACTS = (
+    Fact(
+        "The special magic number for {key} is {value}.",
+        "What is the special magic number for {key}?",
+        "The special magic number for {key} is",
+        CITIES,
+    ),
+    Fact(
+        "The access code for the {key} door is {value}.",
+        "What is the access code for the {key} door?",
+        "The access code for the {key} door is",
+        COLORS,
+    ),
+    Fact(
+        "{key}'s pass key is {value}. Remember it.",
+        "What is {key}'s pass key?",
+        "{key}'s pass key is",
+        PEOPLE,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case: its segments, how they are fed (kind), and its gold answer (None: free-form)."""
+
+    family: str
+    split: str
+    length: int  # the target: the whole conversation fits in this many tokens
+    seed: int
+    kind: str
+    segments: tuple[str, ...]
+    gold: str | None
+    max_tokens: int  # tokens generated for the scored answer
+    depth: float  # where the asked fact sits, 0 = start of the haystack, 1 = end
+    source: str  # the haystack's text source
+    planted: tuple[str, ...] = ()  # the text inserted into the haystack, the asked fact first
+
+    def correct(self, output: str) -> bool | None:
+        return None if self.gold is None else holds_answer(output, self.gold)
+
+
+Units = Callable[[int], list[str]]
+
+
+@dataclass
+class _Draft:
+    """A case before sizing: a haystack of n units with pieces inserted at depths, then framed."""
+
+    units: Units
+    inserts: list[tuple[float, str]]
+    frame: Callable[[str], tuple[str, ...]]  # the haystack's text → the segments
+    gold: str | None
+    max_tokens: int
+    depth: float
+    source: str
+    kind: str = "raw"
+    joiner: str = " "
+    values: list[str] = field(default_factory=list)  # the numbers planted (never in the haystack)
+    place: Callable[[list[str], float], int] | None = None  # where an insert goes (code: lines)
+
+    def segments(self, n: int) -> tuple[str, ...]:
+        units = list(self.units(n))
+        for depth, piece in sorted(self.inserts, reverse=True):  # deepest first keeps indices
+            at = self.place(units, depth) if self.place else round(depth * len(units))
+            units.insert(at, piece)
+        return self.frame(self.joiner.join(units))
+
+
+def _number(rng: random.Random, digits: int) -> str:
+    return str(rng.randrange(10 ** (digits - 1), 10**digits))
+
+
+def _numbers(rng: random.Random, count: int, digits: tuple[int, ...] = (5, 6, 7)) -> list[str]:
+    """Distinct numbers, none inside another (so each is scored whole and unambiguously)."""
+    numbers: list[str] = []
+    while len(numbers) < count:
+        number = _number(rng, rng.choice(digits))
+        if all(number not in other and other not in number for other in numbers):
+            numbers.append(number)
+    return numbers
+
+
+def _spread(rng: random.Random, count: int, avoid: float) -> list[float]:
+    """Depths for distractors, kept a little away from the asked fact's."""
+    depths: list[float] = []
+    while len(depths) < count:
+        depth = rng.uniform(0.03, 0.97)
+        if abs(depth - avoid) > 0.04:
+            depths.append(depth)
+    return depths
+
+
+def _prose(seed: int, split: str, rng: random.Random) -> tuple[Units, str]:
+    """A prose haystack: the source cycles with the seed, the document order is drawn."""
+    source = PROSE_SOURCES[seed % len(PROSE_SOURCES)]
+    return haystack(source, split, rng.randrange(2**32)), source
+
+
+def _noise(n: int) -> list[str]:
+    return [NOISE] * n
+
+
+def _raw(head: str, question: str) -> Callable[[str], tuple[str, ...]]:
+    return lambda text: (head + text + question,)
+
+
+# --- the families -------------------------------------------------------------------------
+
+
+def passkey(rng: random.Random, seed: int, split: str) -> _Draft:
+    key = _numbers(rng, 1, (5, 6))[0]
+    depth = DEPTHS[seed % len(DEPTHS)]
+    return _Draft(
+        units=_noise,
+        inserts=[(depth, f"The pass key is {key}. Remember it. {key} is the pass key.")],
+        frame=_raw(PASSKEY_HEAD, " What is the pass key? The pass key is"),
+        gold=key,
+        max_tokens=8,
+        depth=depth,
+        source="filler",
+        values=[key],
+    )
+
+
+def _needle(source: str) -> Callable[[random.Random, int, str], _Draft]:
+    def needle(rng: random.Random, seed: int, split: str) -> _Draft:
+        fact = FACTS[seed % len(FACTS)]
+        key, value = rng.choice(fact.keys), _numbers(rng, 1)[0]
+        depth = DEPTHS[seed % len(DEPTHS)]
+        return _Draft(
+            units=haystack(source, split, rng.randrange(2**32)),
+            inserts=[(depth, fact.state(key, value))],
+            frame=_raw(
+                "A fact is hidden in the text below. Find it and remember it.\n\n",
+                f"\n\n{fact.ask(key)}",
+            ),
+            gold=value,
+            max_tokens=10,
+            depth=depth,
+            source=source,
+            values=[value],
+        )
+
+    return needle
+
+
+def lookalike(rng: random.Random, seed: int, split: str) -> _Draft:
+    """3-8 facts of one form with different keys; one is asked."""
+    fact = FACTS[rng.randrange(len(FACTS))]
+    count = rng.randint(3, 8)
+    keys, values = rng.sample(fact.keys, count), _numbers(rng, count)
+    depth = DEPTHS[seed % len(DEPTHS)]
+    depths = [depth, *_spread(rng, count - 1, depth)]
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(d, fact.state(k, v)) for d, k, v in zip(depths, keys, values, strict=True)],
+        frame=_raw(
+            "The text below hides several facts of the same kind. Read it carefully.\n\n",
+            f"\n\n{fact.ask(keys[0])}",
+        ),
+        gold=values[0],
+        max_tokens=10,
+        depth=depth,
+        source=source,
+        values=values,
+    )
+
+
+HOPS = (
+    ("{owner}'s room number is {value}.", "{who} sleeps in {owner}'s room.", "room", "sleep"),
+    ("{owner}'s garage number is {value}.", "{who} parks in {owner}'s garage.", "garage", "park"),
+)
+
+
+def twohop(rng: random.Random, seed: int, split: str) -> _Draft:
+    """One fact names the key of another: whose room, then that room's number. In filler, as
+    RULER hides its chains. SmolLM2-135M names the right room nearly always but rarely goes on
+    to its number, so few of these cases count (only baseline-right ones do)."""
+    owned, link, thing, verb = HOPS[rng.randrange(len(HOPS))]
+    people = rng.sample(PEOPLE, rng.randint(4, 6))
+    who, owners = people[0], people[1:]
+    values = _numbers(rng, len(owners), (4, 5))
+    depth = DEPTHS[seed % len(DEPTHS)]
+    facts = [(d, owned.format(owner=o, value=v)) for d, o, v in zip(
+        _spread(rng, len(owners), depth), owners, values, strict=True
+    )]  # fmt: skip
+    verb_s = "sleeps" if verb == "sleep" else "parks"
+    return _Draft(
+        units=_noise,
+        inserts=[(depth, link.format(who=who, owner=owners[0])), *facts],
+        frame=_raw(
+            "Read the text below carefully. ",
+            f" Question: in whose {thing} does {who} {verb}, and what is its number? "
+            f"Answer: {who} {verb_s} in",
+        ),
+        gold=values[0],
+        max_tokens=24,
+        depth=depth,
+        source="filler",
+        values=values,
+    )
+
+
+def json_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A JSON block of 3-8 records in a document; one record's field is asked."""
+    names = rng.sample(SERVICES, rng.randint(3, 8))
+    ports = _numbers(rng, len(names), (4, 5))
+    block = "\n".join(
+        ['{"services": ['] + [
+            f"  {json.dumps({'name': n, 'port': int(p)})}{',' if i < len(names) - 1 else ''}"
+            for i, (n, p) in enumerate(zip(names, ports, strict=True))
+        ] + ["]}"]
+    )  # fmt: skip
+    asked = rng.randrange(len(names))
+    depth = DEPTHS[seed % len(DEPTHS)]
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(depth, f"\n\n{block}\n\n")],
+        frame=_raw(
+            "The text below holds a service list in JSON.\n\n",
+            f'\n\nQuestion: what is the port of the "{names[asked]}" service in the JSON above?\n'
+            f'Answer: {{"name": "{names[asked]}", "port":',
+        ),
+        gold=ports[asked],
+        max_tokens=8,
+        depth=depth,
+        source=source,
+        values=ports,
+    )
+
+
+def table_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A markdown table of 3-8 rows in a document; one row's cell is asked."""
+    people = rng.sample(PEOPLE, rng.randint(3, 8))
+    extensions = _numbers(rng, len(people), (4, 5))
+    rows = [f"| {p} | {rng.choice(TEAMS)} | {e} |" for p, e in zip(people, extensions, strict=True)]
+    block = "\n".join(["| name | team | extension |", "|---|---|---|", *rows])
+    asked = rng.randrange(len(people))
+    depth = DEPTHS[seed % len(DEPTHS)]
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(depth, f"\n\n{block}\n\n")],
+        frame=_raw(
+            "The text below holds a phone list as a table.\n\n",
+            f"\n\nQuestion: what is {people[asked]}'s extension in the table above?\n"
+            f"Answer: | {people[asked]} |",
+        ),
+        gold=extensions[asked],
+        max_tokens=12,
+        depth=depth,
+        source=source,
+        values=extensions,
+    )
+
+
+def _variable(rng: random.Random, taken: list[str]) -> str:
+    while True:
+        name = "".join(rng.choices(string.ascii_uppercase, k=5))
+        if name not in taken:
+            return name
+
+
+def vartrack(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A variable assigned 2-3 times among 1-2 other variables' assignments; its last value asked
+    (RULER's variable tracking as a chain of overwrites). SmolLM2-135M often copies an earlier
+    value, so few of these cases count."""
+    names: list[str] = []
+    for _ in range(rng.randint(2, 3)):
+        names.append(_variable(rng, names))
+    times = [rng.randint(2, 3)] + [1 for _ in names[1:]]
+    values = _numbers(rng, sum(times), (4, 5))
+    last = 0.2 + 0.75 * DEPTHS[seed % len(DEPTHS)]
+    asked = sorted(rng.uniform(0.02, last - 0.04) for _ in range(times[0] - 1)) + [last]
+    inserts = [
+        (d, f"VAR {names[0]} = {v}.") for d, v in zip(asked, values[: times[0]], strict=True)
+    ]
+    rest = iter(values[times[0] :])
+    for name, count in zip(names[1:], times[1:], strict=True):
+        inserts += [(d, f"VAR {name} = {next(rest)}.") for d in _spread(rng, count, last)]
+    return _Draft(
+        units=_noise,
+        inserts=inserts,
+        frame=_raw(
+            "Track the variable assignments hidden in this text; a later assignment replaces an "
+            "earlier one. ",
+            f" Question: what number does VAR {names[0]} hold at the end of the text? "
+            f"Answer: VAR {names[0]} =",
+        ),
+        gold=values[times[0] - 1],
+        max_tokens=8,
+        depth=last,
+        source="filler",
+        values=values,
+    )
+
+
+def _top_level(lines: list[str], depth: float) -> int:
+    """The top-level line boundary (a blank line before unindented code) nearest to depth."""
+    target = round(depth * len(lines))
+    spots = [
+        i
+        for i in range(1, len(lines))
+        if not lines[i - 1].strip() and lines[i][:1] not in ("", " ", "\t")
+    ]
+    return min(spots, key=lambda i: abs(i - target), default=target)
+
+
+def code(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A module-level constant added to real standard-library source; its value asked."""
+    name, value = rng.choice(CONSTANTS), _numbers(rng, 1, (4, 5, 6))[0]
+    depth = DEPTHS[seed % len(DEPTHS)]
+    return _Draft(
+        units=haystack("code", split, rng.randrange(2**32)),
+        inserts=[(depth, f"{name} = {value}\n")],
+        frame=_raw("", f"\n\n# Question: what is the value of {name}?\n# Answer: {name} ="),
+        gold=value,
+        max_tokens=8,
+        depth=depth,
+        source="code",
+        joiner="\n",
+        values=[value],
+        place=_top_level,
+    )
+
+
+def _two_facts(rng: random.Random, seed: int, same_kind: bool):
+    """Two facts: the one asked last (its depth sweeps with the seed) and another one, of the
+    same kind or not, somewhere else. Each is (fact, key, value, depth)."""
+    asked = FACTS[seed % len(FACTS)]
+    other = asked if same_kind else FACTS[(seed + 1) % len(FACTS)]
+    if same_kind:
+        key, other_key = rng.sample(asked.keys, 2)
+    else:
+        key, other_key = rng.choice(asked.keys), rng.choice(other.keys)
+    value, other_value = _numbers(rng, 2)
+    depth = DEPTHS[seed % len(DEPTHS)]
+    return (asked, key, value, depth), (other, other_key, other_value, _spread(rng, 1, depth)[0])
+
+
+def followup(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A document asked about one fact, answered, then asked about another in the same context."""
+    (fact, key, value, depth), (first, key_a, value_a, other) = _two_facts(rng, seed, True)
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(depth, fact.state(key, value)), (other, first.state(key_a, value_a))],
+        frame=lambda text: (
+            f"Two facts are hidden in the text below.\n\n{text}\n\n{first.ask(key_a)}",
+            f"\n\n{fact.ask(key)}",
+        ),
+        gold=value,
+        max_tokens=10,
+        depth=depth,
+        source=source,
+        kind="followup",
+        values=[value, value_a],
+    )
+
+
+def kept(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A document computed and kept on its own (a file, or LLM's prefix reuse), asked later."""
+    (fact, key, value, depth), (other_fact, key_a, value_a, other) = _two_facts(rng, seed, False)
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(depth, fact.state(key, value)), (other, other_fact.state(key_a, value_a))],
+        frame=lambda text: (f"Read the documentation below.\n\n{text}\n\n", fact.ask(key)),
+        gold=value,
+        max_tokens=10,
+        depth=depth,
+        source=source,
+        kind="kept-file" if seed % 2 == 0 else "kept-llm",
+        values=[value, value_a],
+    )
+
+
+def chat(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A chat about a document (chat template), the follow-up about another part of it."""
+    (fact, key, value, depth), (_, key_a, value_a, other) = _two_facts(rng, seed, True)
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units=units,
+        inserts=[(depth, fact.state(key, value)), (other, fact.state(key_a, value_a))],
+        frame=lambda text: (
+            f"Read this document.\n\n{text}\n\n{fact.question.format(key=key_a)}",
+            fact.question.format(key=key),
+        ),
+        gold=value,
+        max_tokens=24,
+        depth=depth,
+        source=source,
+        kind="chat",
+        values=[value, value_a],
+    )
+
+
+def freeform_text(rng: random.Random, seed: int, split: str) -> _Draft:
+    """Real text to continue: the first tokens compared with keep-all's."""
+    units, source = _prose(seed, split, rng)
+    return _Draft(units, [], lambda text: (text,), None, FREE_TOKENS, 1.0, source)
+
+
+def freeform_chat(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A chat answer about a document: the first tokens compared with keep-all's."""
+    units, source = _prose(seed, split, rng)
+    return _Draft(
+        units,
+        [],
+        lambda text: (f"{text}\n\nSummarize the text above in two sentences.",),
+        None,
+        FREE_TOKENS,
+        1.0,
+        source,
+        kind="chat",
+    )
+
+
+FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
+    "passkey": passkey,
+    "lookalike": lookalike,
+    "twohop": twohop,
+    "needle-docs": _needle("python-docs"),
+    "needle-man": _needle("man"),
+    "needle-pkgdoc": _needle("pkgdoc"),
+    "json": json_lookup,
+    "table": table_lookup,
+    "vartrack": vartrack,
+    "code": code,
+    "followup": followup,
+    "kept": kept,
+    "chat": chat,
+    "freeform-text": freeform_text,
+    "freeform-chat": freeform_chat,
+}
+SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
+
+
+def parse_families(text: str) -> list[str]:
+    """Family names from a comma list; 'all', 'scored' and 'freeform' name groups."""
+    groups = {
+        "all": list(FAMILIES),
+        "scored": list(SCORED),
+        "freeform": ["freeform-text", "freeform-chat"],
+    }
+    names = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        if item not in groups and item not in FAMILIES:
+            raise LazymlxError(
+                f"unknown task family {item!r}; choose from: all, scored, freeform, "
+                f"{', '.join(FAMILIES)}"
+            )
+        names += groups.get(item, [item])
+    return list(dict.fromkeys(names))
+
+
+def first_seed(split: str) -> int:
+    if split not in SPLITS:
+        raise LazymlxError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+    return 0 if split == "calibration" else VALIDATION_SEED
+
+
+def context_tokens(tokenizer: TokenizerWrapper, kind: str, segments: tuple[str, ...]) -> int:
+    """Tokens the whole conversation needs: the segments as the runner feeds them, plus the
+    replies generated before the scored one."""
+    if kind == "chat":
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": segments[0]}], add_generation_prompt=True, tokenize=False
+        )
+        first = tokenizer.encode(rendered, add_special_tokens=False, verbose=False)
+        later = sum(
+            len(tokenizer.encode(s, add_special_tokens=False, verbose=False)) for s in segments[1:]
+        )
+        turns = len(segments) - 1
+        return len(first) + later + turns * (CHAT_OVERHEAD + FIRST_REPLY)
+    total = len(tokenizer.encode(segments[0], verbose=False))
+    total += sum(
+        len(tokenizer.encode(s, add_special_tokens=False, verbose=False)) for s in segments[1:]
+    )
+    return total + (FIRST_ANSWER if kind == "followup" else 0)
+
+
+def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, split: str) -> Case:
+    """The case for (family, split, length, seed): the most haystack that fits in `length` tokens
+    with its scored answer, every planted number appearing only where it was planted (real text
+    may hold one already: then the next draw, deterministically)."""
+    if family not in FAMILIES:
+        raise LazymlxError(f"unknown task family {family!r}; choose from: {', '.join(FAMILIES)}")
+    for attempt in range(20):
+        rng = random.Random(f"{family}:{split}:{length}:{seed}:{attempt}")
+        draft = FAMILIES[family](rng, seed, split)
+
+        def tokens(n: int, draft: _Draft = draft) -> int:
+            return context_tokens(tokenizer, draft.kind, draft.segments(n)) + draft.max_tokens
+
+        count = _fit(tokens, length)
+        if count is None:
+            raise LazymlxError(
+                f"{length} tokens is too short for the {family} family; use at least 512"
+            )
+        segments = draft.segments(count)
+        text = "".join(segments)
+        planted = "".join(piece for _, piece in draft.inserts)
+        if all(text.count(value) == planted.count(value) for value in draft.values):
+            return Case(
+                family, split, length, seed, draft.kind, segments, draft.gold,
+                draft.max_tokens, draft.depth, draft.source,
+                tuple(piece.strip() for _, piece in draft.inserts),
+            )  # fmt: skip
+    raise LazymlxError(
+        f"no clean {family} case for seed {seed} at {length} tokens; use another seed"
+    )
+
+
+# Cases per family at each length: calibration chooses knobs, validation reports them.
+SUITE = {
+    "calibration": {1024: 3, 2048: 3, 4096: 1, 8192: 1},
+    "validation": {1024: 4, 2048: 4, 4096: 2, 8192: 2},
+}
+
+
+def suite_counts(split: str, lengths: list[int], cases: int | None = None) -> dict[int, int]:
+    """Cases per family at each length: `cases` if given, else the suite's (2 at other lengths)."""
+    first_seed(split)  # an unknown split is a clear error
+    return {length: cases or SUITE[split].get(length, 2) for length in lengths}
+
+
+def make_cases(
+    tokenizer: TokenizerWrapper,
+    families: list[str],
+    split: str,
+    counts: dict[int, int],
+) -> list[Case]:
+    """counts[length] cases of every family at each length, seeds from the split's first."""
+    start = first_seed(split)
+    return [
+        make_case(family, tokenizer, length, start + i, split)
+        for length, count in counts.items()
+        for family in families
+        for i in range(count)
+    ]
+
+
+def _fit(tokens: Callable[[int], int], length: int) -> int | None:
+    """The largest unit count n >= 1 with tokens(n) <= length (token counts grow with n)."""
+    if tokens(1) > length:
+        return None
+    low, high = 1, 2
+    while tokens(high) <= length:
+        low, high = high, high * 2
+    while high - low > 1:  # tokens(low) fits, tokens(high) does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if tokens(middle) <= length else (low, middle)
+    return low

@@ -1,0 +1,73 @@
+"""Tallies of eval records: answers kept per family and length, with 95% intervals, and totals.
+
+"Kept" counts only the cases the baseline answers right: the promise is the baseline's answer,
+sooner, so a case stock mlx-lm gets wrong says nothing about pruning (a strategy right there is
+counted as "gained"). Free-form cases have no gold; they are tallied by agreement with the
+baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+from lazymlx.evals.runner import Record
+from lazymlx.evals.scoring import wilson
+
+ALL = "all"
+
+
+def tally(records: list[Record]) -> dict:
+    """One group's counts."""
+    scored = [r for r in records if r.baseline_correct is not None]
+    right = [r for r in scored if r.baseline_correct]
+    kept = sum(bool(r.correct) for r in right)
+    low, high = wilson(kept, len(right))
+    return {
+        "cases": len(records),
+        "baseline_right": len(right),
+        "kept": kept,
+        "kept_share": kept / len(right) if right else None,
+        "kept_low": low if right else None,
+        "kept_high": high if right else None,
+        "gained": sum(bool(r.correct) for r in scored if not r.baseline_correct),
+        "identical": statistics.mean(r.identical for r in records),
+        "agreed_tokens": statistics.mean(r.agreed_tokens for r in records),
+        "compute_fraction": statistics.mean(r.compute_fraction for r in records),
+        "step_fraction": statistics.mean(r.step_fraction for r in records),
+        "ttft_s": statistics.mean(r.ttft_s for r in records),
+        "speedup": sum(r.baseline_ttft_s for r in records) / sum(r.ttft_s for r in records),
+    }
+
+
+def _groups(records: Iterable[Record], key) -> dict[tuple, list[Record]]:
+    groups: dict[tuple, list[Record]] = {}
+    for record in records:
+        groups.setdefault(key(record), []).append(record)
+    return groups
+
+
+def summarize(records: list[Record]) -> list[dict]:
+    """Rows per mode: each family at each length, each family over all lengths, each length over
+    all families, and everything; `family`/`length` is "all" in the pooled rows."""
+    rows = []
+    for mode, mine in _groups(records, lambda r: (r.mode,)).items():
+        families = list(dict.fromkeys(r.family for r in mine))
+        lengths = sorted({r.length for r in mine})
+        keyed = _groups(mine, lambda r: (r.family, r.length))
+        for family in families:
+            for length in lengths:
+                if (family, length) in keyed:
+                    rows.append(
+                        {"mode": mode[0], "family": family, "length": length}
+                        | tally(keyed[family, length])
+                    )
+            if len(lengths) > 1:
+                group = [r for r in mine if r.family == family]
+                rows.append({"mode": mode[0], "family": family, "length": ALL} | tally(group))
+        for length in lengths:
+            group = [r for r in mine if r.length == length]
+            rows.append({"mode": mode[0], "family": ALL, "length": length} | tally(group))
+        if len(lengths) > 1:
+            rows.append({"mode": mode[0], "family": ALL, "length": ALL} | tally(mine))
+    return rows
