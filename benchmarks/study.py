@@ -42,14 +42,16 @@ V2_SCHEDULE = dict(
     schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), floors=((0.24, 0.25),)
 )
 STUDIES: dict[str, dict[str, LazyConfig]] = {
-    # where the first prune sits, at about the same compute (prefill share in the name)
-    "schedules": {
-        "v2 schedule (0.46)": replace(BASE, **V2_SCHEDULE),
-        "0.4@24% 0.4@57% (0.46)": schedule((0.24, 0.4), (0.57, 0.4)),
-        "0.25@40% 0.5@70% (0.51)": schedule((0.4, 0.25), (0.7, 0.5)),
+    # where the first prune sits and what the scoring observes; prefill share at 1k in brackets
+    "first": {
+        "v2 (0.46)": replace(BASE, **V2_SCHEDULE),
+        "v2, window 32 (0.46)": replace(BASE, **V2_SCHEDULE, window=32),
+        "v2, window 32, max heads (0.46)": replace(BASE, **V2_SCHEDULE, window=32, heads="max"),
         "0.4@40% 0.4@70% (0.57)": schedule((0.4, 0.4), (0.7, 0.4)),
-        "0.2@50% (0.60)": schedule((0.5, 0.2)),
-        "0.3@50% 0.5@80% (0.62)": schedule((0.5, 0.3), (0.8, 0.5)),
+        "0.4@40% 0.4@70%, window 32 (0.57)": schedule((0.4, 0.4), (0.7, 0.4), window=32),
+        "0.25@40% 0.5@70%, window 32 (0.51)": schedule((0.4, 0.25), (0.7, 0.5), window=32),
+        "0.3@34% 0.5@60%, window 32 (0.50)": schedule((0.34, 0.3), (0.6, 0.5), window=32),
+        "0.2@50%, window 32 (0.60)": schedule((0.5, 0.2), window=32),
     },
 }
 

@@ -169,6 +169,72 @@ def test_pruned_tokens_come_back_from_their_aux_slot_with_the_full_models_kv(mon
         assert mx.allclose(values[0, :, row], cache[layer].values[0, :, dropped], atol=1e-5)
 
 
+def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_models_kv(
+    monkeypatch,
+):
+    """A document step drops one token after layer 1; a later short question that attends most
+    to it brings it back in its own prompt step (not in decode: decode never revives here),
+    resuming at layer 2 from its Aux slot with the full model's KV at every deeper layer, each
+    (token, layer) pair computed once."""
+    model = random_model(num_layers=6)
+    document, dropped = random_tokens(40), 17
+    original_own, original_rows = prefill.Ranker.own, prefill.Ranker.rows
+
+    def lowest_for_dropped(self, layer, rows, ids):
+        scores = original_own(self, layer, rows, ids)
+        return mx.where(mx.arange(ids.size) == dropped, -1.0, scores)
+
+    config = LazyConfig(schedule=((1 / 6, 39 / 40),), min_prompt=10, decode="sparse")
+    state = LazyState(model)
+    state.record = []
+    monkeypatch.setattr(prefill.Ranker, "own", lowest_for_dropped)
+    engine_greedy(model, document, 0, config, state)
+    assert np.array(state.aux.depths())[dropped] == 2
+
+    def highest_for_dropped(self, observed, cache, scale):
+        scores = original_rows(self, observed, cache, scale)
+        return mx.where(cache.row_positions() == dropped, 1.0, scores)
+
+    monkeypatch.setattr(prefill.Ranker, "own", original_own)
+    monkeypatch.setattr(prefill.Ranker, "rows", highest_for_dropped)
+    engine_greedy(model, random_tokens(3, seed=4), 0, config, state)  # short: runs whole
+    assert np.array(state.aux.depths())[dropped] == 6
+    assert_each_pair_once_and_depths_agree(state)
+    cache = make_prompt_cache(model)
+    h = model.model.embed_tokens(mx.array([document]))
+    for block, layer_cache in zip(model.layers, cache, strict=True):
+        h = block(h, "causal", cache=layer_cache)
+    for layer in range(2, 6):
+        ours = state[layer]
+        row = np.array(ours.row_positions()).tolist().index(dropped)
+        keys, values = ours.fetch()
+        assert mx.allclose(keys[0, :, row], cache[layer].keys[0, :, dropped], atol=1e-5)
+        assert mx.allclose(values[0, :, row], cache[layer].values[0, :, dropped], atol=1e-5)
+
+
+def test_an_interrupted_reviving_step_leaves_the_context_as_it_was(monkeypatch):
+    model = random_model(num_layers=6)
+    config = LazyConfig(schedule=((0.2, 0.5), (0.5, 0.5)), min_prompt=10)
+    state = LazyState(model)
+    engine_greedy(model, random_tokens(60), 0, config, state)
+    before = (np.array(state.aux.depths()), np.array(state.aux.hidden[:60]))
+    rows = [cache.rows for cache in state.layers]
+
+    def stop_at_layer_4(done, total):
+        if done >= total * 4 // 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prefill.prompt_step(
+            state, mx.array(random_tokens(5, seed=2)), config, progress=stop_at_layer_4, prune=False
+        )
+    assert np.array_equal(np.array(state.aux.depths()), before[0])
+    assert np.array_equal(np.array(state.aux.hidden[:60]), before[1])
+    assert [cache.rows for cache in state.layers] == rows and state.offset == 60
+    prefill.prompt_step(state, mx.array(random_tokens(5, seed=2)), config, prune=False)
+    assert (np.array(state.aux.depths())[:60] > before[0]).any()  # it had revived some
+
+
 @given(st.lists(st.integers(0, 60), min_size=0, max_size=40, unique=True), st.integers(1, 6))
 def test_explicit_masks_follow_original_positions(cached, new):
     cache = LazyKVCache()
@@ -404,8 +470,9 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
     path = tmp_path / "context.safetensors"
     state.save(path, {"model": "tiny"})
     assert [p.name for p in tmp_path.iterdir()] == ["context.safetensors"]  # nothing staged left
-    loaded, metadata = LazyState.load(path, model)
+    loaded, metadata = LazyState.load(path, model, return_metadata=True)
     assert metadata == {"model": "tiny"}
+    assert LazyState.load(path, model).tokens == state.tokens  # mlx-lm's default: the context
     assert loaded.tokens == state.tokens and loaded.offset == state.offset
     assert [c.rows for c in loaded.layers] == [c.rows for c in state.layers]
     in_memory = engine_greedy(model, turn, 8, config, state)
