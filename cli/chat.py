@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from lazymlx.cli.console import err, error_line, write_text
+from lazymlx.cli.console import PromptProgress, err, error_line, write_text
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.session import ChatSession
@@ -29,25 +29,29 @@ def stats_line(response: Response) -> str:
         if response.lazy
         else ""
     )
+    cached = f" ({response.cached_tokens} cached)" if response.cached_tokens else ""
     return (
-        f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok, "
+        f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok{cached}, "
         f"{response.prompt_tps:.1f} tok/s{lazy} · generation {response.generation_tokens} tok, "
         f"{response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
     )
 
 
-def answer(session: ChatSession, message: str) -> None:
-    """Stream one reply to stdout and its stats to stderr; Ctrl-C ends the reply, not the session."""
+def answer(session: ChatSession, message: str, quiet: bool = False) -> None:
+    """Stream one reply to stdout, after a progress bar while a long prompt is computed, and its
+    stats to stderr (quiet: the reply only); Ctrl-C ends the reply, not the session."""
     last = None
     try:
-        for last in session.send(message):
-            write_text(last.text)
+        with PromptProgress(show=not quiet) as progress:
+            for last in session.send(message, on_progress=progress):
+                progress.close()  # the first token: the bar gives way to the answer
+                write_text(last.text)
     except KeyboardInterrupt:
         write_text("\n")
         err.print("[dim]answer stopped[/]")
         return
     write_text("\n")
-    if last is not None:
+    if last is not None and not quiet:
         err.print(stats_line(last), style="dim", soft_wrap=True)
 
 
@@ -117,8 +121,16 @@ def run_command(session: ChatSession, command: str, files: ChatFiles | None = No
     return True
 
 
-def repl(session: ChatSession, read_line: ReadLine = input, files: ChatFiles | None = None) -> None:
-    err.print("[dim]type a message, /help for commands, /bye to leave[/]")
+def repl(
+    session: ChatSession,
+    read_line: ReadLine = input,
+    files: ChatFiles | None = None,
+    title: str = "",
+    quiet: bool = False,
+) -> None:
+    """The interactive chat; one dim line opens it: `title` (model, preset, device), then hints."""
+    hints = "type a message, /help for commands, /bye to leave"
+    err.print(f"{title} · {hints}" if title else hints, style="dim", markup=False, soft_wrap=True)
     while True:
         try:
             message, is_command = read_message(read_line)
@@ -135,7 +147,7 @@ def repl(session: ChatSession, read_line: ReadLine = input, files: ChatFiles | N
                 return
             continue
         try:
-            answer(session, message)
+            answer(session, message, quiet)
             if files is not None:
                 files.autosave()
         except LazymlxError as error:  # this message can't be answered; the chat goes on

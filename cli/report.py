@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from lazymlx.cli.console import err, out
+from lazymlx.cli.console import Eta, err, out
 from lazymlx.errors import LazymlxError
 
 FORMATS = ("md", "json", "csv")
@@ -84,7 +84,8 @@ def emit(
 
 @contextmanager
 def run_progress(total: int) -> Iterator[Callable[[str], None]]:
-    """A bar over all runs on stderr; the spinner and clock keep moving during a long prefill.
+    """A bar over all runs on stderr, with the time left at the pace so far; the spinner and
+    clock keep moving during a long prefill.
 
     Off a terminal (CI logs, a redirected stderr) a live bar is only noise, so nothing is shown.
     """
@@ -97,6 +98,7 @@ def run_progress(total: int) -> Iterator[Callable[[str], None]]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        Eta(),
         console=err,
         transient=True,
     )

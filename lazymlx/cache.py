@@ -303,9 +303,14 @@ class LazyState(list):
         save_prompt_cache_atomic(path, list(self), metadata)
 
     @classmethod
-    def load(cls, path: str | Path, model: nn.Module) -> tuple[LazyState, dict[str, str]]:
+    def load(
+        cls, path: str | Path, model: nn.Module, return_metadata: bool = False
+    ) -> LazyState | tuple[LazyState, dict[str, str]]:
+        """A context `save` wrote, for `model`; with return_metadata, (context, metadata), as
+        mlx-lm's load_prompt_cache."""
         entries, metadata = mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True)
-        return cls(model, entries), metadata
+        state = cls(model, entries)
+        return (state, metadata) if return_metadata else state
 
 
 def save_prompt_cache_atomic(

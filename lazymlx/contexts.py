@@ -12,6 +12,7 @@ another model is refused instead of silently producing nonsense.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,10 +104,17 @@ def save_context(
         "preset": preset,
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
+    save_prompt_cache_atomic(check_save_path(path), list(context.cache), metadata)
+
+
+def check_save_path(path: str | Path) -> Path:
+    """A context file's path, refused before any work if it could not be written there."""
     path = _checked_name(path)
     if not path.parent.is_dir():
         raise LazymlxError(f"cannot save to {path}: the folder {path.parent} does not exist")
-    save_prompt_cache_atomic(path, list(context.cache), metadata)
+    if not os.access(path.parent, os.W_OK):
+        raise LazymlxError(f"cannot save to {path}: the folder {path.parent} is not writable")
+    return path
 
 
 def load_context(

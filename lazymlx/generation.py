@@ -77,12 +77,24 @@ class LazyStats:
 class Response(GenerationResponse):
     """mlx-lm's GenerationResponse plus the time to the first token and the engine's counts.
 
+    prompt_tokens: the prompt's tokens, those already in `prompt_cache` included (as OpenAI's
+        usage counts them, and the CLI and server report them); cached_tokens: how many of them
+        the cache held before the call, so were not computed again; prompt_tps: mlx-lm's, the
+        tokens computed (prompt_tokens - cached_tokens) per second of prefill.
     ttft_s: wall time from the call (prompt already tokenized) to the first token evaluated.
     lazy: the engine's counts after this token; None on the stock mlx-lm path.
+    finish_reason: mlx-lm's "stop" or "length" on the last response; "cancelled" on the last
+        response of an `LLM` request cancelled mid-answer.
+    token_logprob, top_logprobs: with `LLM.submit(logprobs=k)`, this token's log-probability
+        and the k likeliest (token id, log-probability), likeliest first, read from `logprobs`
+        on the generation thread so any thread can use them; else None and ().
     """
 
     ttft_s: float = 0.0
     lazy: LazyStats | None = None
+    cached_tokens: int = 0
+    token_logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 def encode_prompt(tokenizer: TokenizerWrapper, prompt: Prompt) -> mx.array:
@@ -157,16 +169,39 @@ def check_vocabulary(model: nn.Module, largest_id: int) -> None:
         )
 
 
+def check_logit_bias(model: nn.Module, logit_bias: dict[int, float] | None) -> None:
+    """Refuse a logit bias on a token id the model does not have."""
+    if not logit_bias:
+        return
+    bad = [t for t in logit_bias if not isinstance(t, int) or isinstance(t, bool) or t < 0]
+    if bad:
+        raise LazymlxError(f"logit_bias maps token ids (whole numbers >= 0); got {bad[0]!r}")
+    check_vocabulary(model, max(logit_bias))
+
+
 def _sampling(
-    temp: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float | None
+    temp: float,
+    top_p: float,
+    top_k: int,
+    min_p: float,
+    repetition_penalty: float | None,
+    presence_penalty: float | None,
+    frequency_penalty: float | None,
+    logit_bias: dict[int, float] | None,
 ) -> dict[str, Any]:
     if temp < 0:
         raise LazymlxError(f"temperature must be >= 0, got {temp}")
     if not 0 < top_p <= 1:
         raise LazymlxError(f"top_p must be in (0, 1], got {top_p}")
+    processors = make_logits_processors(
+        logit_bias,
+        repetition_penalty,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+    )
     return {
         "sampler": make_sampler(temp=temp, top_p=top_p, top_k=top_k, min_p=min_p),
-        "logits_processors": make_logits_processors(repetition_penalty=repetition_penalty),
+        "logits_processors": processors,
     }
 
 
@@ -179,11 +214,14 @@ def stream_generate(
 ) -> Iterator[Response]:
     """Yield a Response per generated token; the last one has `finish_reason` set.
 
-    Keyword arguments: temp, top_p, top_k, min_p, repetition_penalty (sampling); lazy: None (or
-    "off") runs stock mlx-lm, a LazyConfig or a preset name runs the lazy prompt step and then
-    mlx-lm's own decode loop over the lazy context (lazymlx/decode.py); prompt_cache carries
-    context between calls (an mlx-lm cache list on the stock path, a LazyState on the lazy one);
-    the rest (prefill_step_size, prompt_progress_callback, ...) go to mlx-lm's generate_step.
+    Keyword arguments: temp, top_p, top_k, min_p (mlx-lm's make_sampler); repetition_penalty,
+    presence_penalty, frequency_penalty, logit_bias ({token id: bias}) (mlx-lm's
+    make_logits_processors); lazy: None (or "off") runs stock mlx-lm, a LazyConfig or a preset
+    name runs the lazy prompt step and then mlx-lm's own decode loop over the lazy context
+    (lazymlx/decode.py); prompt_cache carries context between calls (an mlx-lm cache list on the
+    stock path, a LazyState on the lazy one); the rest (prefill_step_size,
+    prompt_progress_callback, ...) go to mlx-lm's generate_step. prompt_progress_callback(done,
+    total) is called with 0 first, then per prefill chunk (stock) or per layer (the lazy step).
     """
     here = threading.current_thread() is threading.main_thread()
     if here or GENERATION_THREAD.is_current():
@@ -205,6 +243,9 @@ def _stream_generate(
     top_k: int = 0,
     min_p: float = 0.0,
     repetition_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    logit_bias: dict[int, float] | None = None,
     lazy: LazyConfig | str | None = None,
     **kwargs: Any,
 ) -> Iterator[Response]:
@@ -214,7 +255,8 @@ def _stream_generate(
     if unknown:
         raise LazymlxError(
             f"unknown keyword argument{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-            f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, lazy and "
+            f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, "
+            f"presence_penalty, frequency_penalty, logit_bias, lazy and "
             f"mlx-lm's generate_step options: {', '.join(sorted(STEP_OPTIONS))}"
         )
     if kwargs.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
@@ -230,10 +272,24 @@ def _stream_generate(
         raise LazymlxError(
             "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
         )
-    check_context(model, tokens.size + cached_length(cache))
+    cached = cached_length(cache)
+    check_context(model, tokens.size + cached)
     if tokens.size:
         check_vocabulary(model, tokens.max().item())
-    kwargs.update(_sampling(temp, top_p, top_k, min_p, repetition_penalty))
+    check_logit_bias(model, logit_bias)
+    kwargs.update(
+        _sampling(
+            temp,
+            top_p,
+            top_k,
+            min_p,
+            repetition_penalty,
+            presence_penalty,
+            frequency_penalty,
+            logit_bias,
+        )
+    )
+    report_start = None  # mlx-lm's generate_step reports 0 done first; the lazy step only per layer
     if lazy is not None:
         unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))
         if unsupported:
@@ -247,17 +303,21 @@ def _stream_generate(
         model = LazyModel(model, state, lazy, tokens.size, chunk, progress, ends)
         if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
             kwargs["prompt_progress_callback"] = None
+            report_start = progress
     with GENERATION_LOCK:
         try:
             mx.reset_peak_memory()
             start = time.perf_counter()
+            if report_start is not None:
+                report_start(0, tokens.size)
             ttft, stats = None, None
             for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
                 if ttft is None:
                     ttft = time.perf_counter() - start
                 if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
                     stats = LazyStats.of(model, tokens.size)
-                yield Response(**vars(response), ttft_s=ttft, lazy=stats)
+                counts = vars(response) | {"prompt_tokens": cached + tokens.size}
+                yield Response(**counts, cached_tokens=cached, ttft_s=ttft, lazy=stats)
         finally:
             mx.synchronize()  # a caller that stops early leaves a decode step in flight
 
@@ -282,7 +342,8 @@ def generate(
     if verbose and last is not None:
         print()
         print("=" * 10)
-        print(f"Prompt: {last.prompt_tokens} tokens, {last.prompt_tps:.3f} tokens-per-sec")
+        cached = f" ({last.cached_tokens} cached)" if last.cached_tokens else ""
+        print(f"Prompt: {last.prompt_tokens} tokens{cached}, {last.prompt_tps:.3f} tokens-per-sec")
         print(
             f"Generation: {last.generation_tokens} tokens, {last.generation_tps:.3f} tokens-per-sec"
         )

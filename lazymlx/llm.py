@@ -14,6 +14,7 @@ resends its history, as an OpenAI-style client does, only computes its new token
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ from lazymlx.generation import (
     STEP_OPTIONS,
     Response,
     check_context,
+    check_logit_bias,
     check_text,
     check_vocabulary,
     encode_prompt,
@@ -40,9 +42,12 @@ from lazymlx.generation import (
 from lazymlx.worker import GENERATION_THREAD
 
 Loader = Callable[[], tuple[nn.Module, TokenizerWrapper]]
-# what a request may set besides its prompt, max_tokens, lazy, seed and progress; the context is
-# the LLM's to manage
-REQUEST_OPTIONS = frozenset({"temp", "top_p", "top_k", "min_p", "repetition_penalty"}) | (
+# what a request may set besides its prompt, max_tokens, lazy, seed, progress and logprobs: mlx-lm's
+# sampler and logits processors, and generate_step's options but the context, the LLM's to manage
+REQUEST_OPTIONS = frozenset(
+    {"temp", "top_p", "top_k", "min_p"}
+    | {"repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"}
+) | (
     STEP_OPTIONS
     - {"max_tokens", "prompt_cache", "prompt_progress_callback", "sampler", "logits_processors"}
 )
@@ -60,14 +65,18 @@ class Stream:
 
     Iterating yields `Response`s (text piece, TTFT, tok/s, peak memory, prefill fraction) and
     re-raises the request's error, if any. `cancel()` stops the request at the next token or,
-    mid-prefill, at the next layer or chunk; the kept context stays consistent either way.
-    cached_tokens: prompt tokens reused from a kept context (set before the first response).
+    mid-prefill, at the next layer or chunk; the kept context stays consistent either way. The
+    last response of a request cancelled mid-answer has finish_reason "cancelled".
+    prompt_tokens: the prompt's tokens; cached_tokens: those reused from a kept context (set
+    before the first response); the responses count them the same way.
     """
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    # called on the generation thread with each response, an error, and None at the end: how an
-    # event loop (the server) is woken without a thread blocked per request
+    generated: int = 0  # responses produced so far
+    # called on the generation thread with each response, an error, and None at the end, in
+    # place of iterating: how an event loop (the server) is woken without a thread blocked per
+    # request and without queueing every response of a long answer
     listener: Callable[[Response | Exception | None], None] | None = None
     _items: queue.SimpleQueue = field(default_factory=queue.SimpleQueue, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -83,9 +92,14 @@ class Stream:
         return self._cancel.is_set()
 
     def _emit(self, item: object) -> None:
-        self._items.put(item)
+        """Hand an item to the reader: the listener if there is one (it then replaces iterating,
+        and nothing is queued, so a long answer's responses are not all held), else the queue."""
+        if isinstance(item, Response):
+            self.generated += 1
         if self.listener is not None:
             self.listener(None if item is _END else item)
+        else:
+            self._items.put(item)
 
     @property
     def finished(self) -> bool:
@@ -124,6 +138,7 @@ class _Request:
     options: dict[str, Any]
     stream: Stream
     on_progress: Progress | None
+    logprobs: int | None
 
 
 class LLM:
@@ -157,6 +172,7 @@ class LLM:
         lazy: Any = ...,  # a LazyConfig, a preset name or None; ... means the LLM's own
         on_progress: Progress | None = None,
         seed: int | None = None,
+        logprobs: int | None = None,
         listener: Callable[[Response | Exception | None], None] | None = None,
         **options: Any,
     ) -> Stream:
@@ -165,9 +181,11 @@ class LLM:
         prompt: raw text (no chat template) or token ids; messages: a chat, rendered with the
         model's chat template. Exactly one of the two. lazy: this request's preset (default: the
         LLM's). on_progress(done, total) reports prefill progress in prompt tokens; it runs on
-        the generation thread, so a UI should hand it to its main thread. Other options are
-        stream_generate's (temp, top_p, top_k, min_p, repetition_penalty, ...). Bad arguments
-        raise LazymlxError here, before anything is queued.
+        the generation thread, so a UI should hand it to its main thread. logprobs=k sets each
+        response's token_logprob and its k likeliest alternatives (top_logprobs). Other options
+        are stream_generate's (temp, top_p, top_k, min_p, repetition_penalty, presence_penalty,
+        frequency_penalty, logit_bias, ...). Bad arguments raise LazymlxError here, before
+        anything is queued.
         """
         if (prompt is None) == (messages is None):
             raise LazymlxError("give either prompt= (raw text or token ids) or messages= (a chat)")
@@ -189,6 +207,9 @@ class LLM:
             check_vocabulary(self.model, max(tokens))
         if max_tokens < 1:
             raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+        if logprobs is not None and not 0 <= logprobs <= len(self.tokenizer):
+            raise LazymlxError(f"logprobs is how many alternatives to give, >= 0; got {logprobs}")
+        check_logit_bias(self.model, options.get("logit_bias"))
         unknown = sorted(set(options) - REQUEST_OPTIONS)
         if unknown:
             raise LazymlxError(
@@ -199,7 +220,7 @@ class LLM:
             options["seed"] = seed
         stream = Stream(prompt_tokens=len(tokens), listener=listener)
         request = _Request(
-            tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress
+            tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress, logprobs
         )
         GENERATION_THREAD.submit(lambda: self._job(request))
         return stream
@@ -254,6 +275,10 @@ class LLM:
                 **options,
             ):
                 generated.append(response.token)
+                if request.logprobs is not None:
+                    response = _with_logprobs(response, request.logprobs)
+                if stream.cancelled and response.finish_reason is None:
+                    response.finish_reason = "cancelled"
                 stream._emit(response)
                 if stream.cancelled:
                     break
@@ -264,6 +289,22 @@ class LLM:
             # back; a stock prefill stops between chunks); reuse trims to the cache's offset
             context.tokens = request.tokens + generated
             self.contexts.put(context)
+
+
+def _with_logprobs(response: Response, top: int) -> Response:
+    """The response with its token's log-probability and the `top` likeliest, as host numbers."""
+    vector = response.logprobs
+    top = min(top, vector.size)
+    alternatives: list[tuple[int, float]] = []
+    if top:
+        ids = mx.argpartition(-vector, kth=top - 1)[:top]
+        pairs = zip(ids.tolist(), vector[ids].tolist(), strict=True)
+        alternatives = sorted(pairs, key=lambda pair: -pair[1])
+    return dataclasses.replace(
+        response,
+        token_logprob=vector[response.token].item(),
+        top_logprobs=tuple(alternatives),
+    )
 
 
 def _load(model: str) -> tuple[nn.Module, TokenizerWrapper]:

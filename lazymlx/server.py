@@ -1,38 +1,61 @@
 """`lazymlx serve`: an OpenAI-compatible HTTP server over one LLM (FastAPI on uvicorn).
 
 Endpoints: POST /v1/chat/completions and /v1/completions (streamed as server-sent events when
-"stream": true), GET /v1/models and /health. Requests queue on the LLM's generation thread, one
-at a time, none lost; a client that disconnects mid-stream cancels its request, freeing the
-thread. A conversation's next request reuses the kept context of its previous one (the LLM's
-context pool), and `usage` says how many prompt tokens were cached, with the TTFT. The pruning
-preset is the LLM's default or the request's own "lazy" field. Bodies and max_tokens are
-bounded; a bad request gets a 4xx with an OpenAI-style error object, never a crash.
+"stream": true), GET /v1/models, /v1/models/{id} and /health. Requests queue on the LLM's
+generation thread, one at a time, none lost; a client that disconnects mid-stream cancels its
+request, freeing the thread. A conversation's next request reuses the kept context of its
+previous one (the LLM's context pool), and `usage` says how many prompt tokens were cached, with
+the TTFT. The pruning preset is the LLM's default or the request's own "lazy" field.
+
+Every OpenAI request field is either done (sampling, penalties, logit bias, logprobs, stop, ...)
+or refused with a 400 naming it; a field's no-op value (n=1, tools=[]) is accepted. Every error
+reply is OpenAI's error object. Each request gets one log line when it ends; while a request
+waits (a long prefill, a queue ahead) its prefill progress is logged and an open stream gets an
+SSE keep-alive comment, as mlx-lm's server does, so clients with read timeouts stay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import logging
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from mlx_lm.tokenizer_utils import (
+    BPEStreamingDetokenizer,
+    SPMStreamingDetokenizer,
+    TokenizerWrapper,
+    _byte_decoder,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException
 
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.llm import LLM, Stream
 
+log = logging.getLogger("lazymlx.server")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+    include_obfuscation: bool = True  # accepted; no obfuscation padding is added
+
 
 class _Body(BaseModel):
-    """The fields both endpoints read; others (user, n=1, ...) are accepted and ignored."""
+    """The fields both endpoints honour; other fields are checked against FIELDS_NOT_DONE."""
 
     model_config = ConfigDict(extra="allow")
-    model: str | None = None
+    model: str | None = None  # any name: the one loaded model answers, and the reply names it
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
@@ -40,36 +63,138 @@ class _Body(BaseModel):
     top_k: int = Field(default=0, ge=0)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[int, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stop: str | list[str] | None = Field(default=None, max_length=4)
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     lazy: str | None = None  # lazymlx: the pruning preset for this request
 
 
 class ChatBody(_Body):
     messages: list[dict[str, Any]] = Field(min_length=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 class CompletionBody(_Body):
-    prompt: str | list[int]
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+
+
+# OpenAI fields this server does not do, with the values that ask for nothing (null always
+# does): any other value is a 400 naming the field, never a 200 that ignores it
+_NO_TOOLS = "does not call tools or functions; leave {} out"
+_TEXT_ONLY = "writes text only; leave {} out"
+FIELDS_NOT_DONE: dict[str, tuple[list[Any], str]] = {
+    "n": ([1], "returns one choice per request; send n=1, or one request per choice"),
+    "tools": ([[]], _NO_TOOLS),
+    "tool_choice": (["none"], _NO_TOOLS),
+    "functions": ([[]], _NO_TOOLS),
+    "function_call": (["none"], _NO_TOOLS),
+    "response_format": ([{"type": "text"}], _TEXT_ONLY),
+    "audio": ([], _TEXT_ONLY),
+    "modalities": ([["text"]], _TEXT_ONLY),
+    "prediction": ([], "takes no predicted output; leave {} out"),
+    "web_search_options": ([], "does not search the web; leave {} out"),
+    "reasoning_effort": ([], "has no reasoning setting; leave {} out"),
+    "verbosity": ([], "has no verbosity setting; leave {} out"),
+    "store": ([False], "stores nothing; leave {} out"),
+    "best_of": ([1], "returns one completion per request; leave {} out"),
+    "echo": ([False], "does not echo the prompt; leave {} out"),
+    "suffix": ([""], "does not insert text before a suffix; leave {} out"),
+}
+COMPLETIONS_ONLY = {"best_of", "echo", "suffix"}
+CHAT_ONLY = set(FIELDS_NOT_DONE) - COMPLETIONS_ONLY - {"n"}
+# labels and hints that change no answer, accepted as OpenAI accepts them (parallel_tool_calls:
+# there are no tools to call)
+FIELDS_IGNORED = {"user"}
+CHAT_FIELDS_IGNORED = FIELDS_IGNORED | {
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "parallel_tool_calls",
+}
 
 
 @dataclass(frozen=True)
 class Limits:
     max_tokens: int = 4096  # the most tokens one request may generate
     max_request_bytes: int = 4 << 20  # about a million tokens of text
+    keepalive_s: float = 5.0  # the longest a waiting request goes without a keep-alive
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
+class Refusal(Exception):
+    """A request the server answers with an OpenAI error object (and one log line)."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
 
 
-def _text(content: Any) -> str:
-    """A message's content: a string, or OpenAI's list of parts (the text parts, joined)."""
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
+def error(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """OpenAI's error object: invalid_request_error for the client's mistakes, else server_error."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status, headers=headers)
+
+
+def _check_fields(body: _Body, chat: bool) -> None:
+    """Refuse fields this endpoint does not know or does not do (see FIELDS_NOT_DONE)."""
+    others = COMPLETIONS_ONLY if chat else CHAT_ONLY
+    ignored = CHAT_FIELDS_IGNORED if chat else FIELDS_IGNORED
+    for name, value in (body.model_extra or {}).items():
+        if name in FIELDS_NOT_DONE and name not in others:
+            accepted, why = FIELDS_NOT_DONE[name]
+            if value is not None and value not in accepted:
+                raise Refusal(400, f"{name}: this server {why.format(name)}", name)
+        elif name not in ignored:
+            raise Refusal(400, f"unknown field {name!r}; remove it", name)
+    if chat and body.top_logprobs and not body.logprobs:
+        raise Refusal(400, "top_logprobs needs logprobs: true", "top_logprobs")
+
+
+def _messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The chat as the template takes it: each content a string (OpenAI's text parts joined)."""
+    rendered = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text":
+                    raise Refusal(
+                        400,
+                        f"messages[{i}].content[{j}] is a {kind!r} part; this server reads text "
+                        "parts only",
+                        "messages",
+                    )
+            content = "".join(part.get("text", "") for part in content)
+        text = "" if content is None else str(content)
+        rendered.append({"role": message.get("role", "user"), "content": text})
+    return rendered
+
+
+def _prompt(prompt: str | list[int] | list[str] | list[list[int]]) -> str | list[int]:
+    """One prompt: text or token ids; a batch of several gets a 400 (one request each)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if len(prompt) > 1:
+            raise Refusal(
+                400, "prompt: this server takes one prompt per request; send one each", "prompt"
+            )
+        return prompt[0]
+    return prompt
 
 
 class _StopFinder:
@@ -95,40 +220,119 @@ class _StopFinder:
         return ready
 
 
+class _Tokens:
+    """A token's text and bytes for logprobs (a byte-level token may hold part of a character,
+    whose bytes OpenAI's `bytes` field carries)."""
+
+    def __init__(self, tokenizer: TokenizerWrapper) -> None:
+        self.tokenizer = tokenizer
+        self.detokenizer = tokenizer.detokenizer  # which scheme maps ids to bytes
+
+    def text(self, token: int) -> str:
+        return self.bytes(token).decode(errors="replace")
+
+    def bytes(self, token: int) -> bytes:
+        if isinstance(self.detokenizer, BPEStreamingDetokenizer):
+            symbols, table = self.tokenizer.convert_ids_to_tokens(token), _byte_decoder()
+            return b"".join(bytes([table[c]]) if c in table else c.encode() for c in symbols or "")
+        if isinstance(self.detokenizer, SPMStreamingDetokenizer):
+            return self.detokenizer.tokenmap[token].replace("\u2581".encode(), b" ")
+        return self.tokenizer.decode([token]).encode()
+
+    def entry(self, token: int, logprob: float) -> dict[str, Any]:
+        """Chat's shape: token text, logprob and bytes."""
+        raw = self.bytes(token)
+        return {"token": raw.decode(errors="replace"), "logprob": logprob, "bytes": list(raw)}
+
+    def chat(self, responses: list[Response]) -> dict[str, Any]:
+        """Chat's `logprobs`: one entry per token with its `top_logprobs`."""
+        content = [
+            self.entry(r.token, r.token_logprob)
+            | {"top_logprobs": [self.entry(t, lp) for t, lp in r.top_logprobs]}
+            for r in responses
+        ]
+        return {"content": content, "refusal": None}
+
+    def completion(self, responses: list[Response], offset: int) -> dict[str, Any]:
+        """The completions' `logprobs`: columns, text offsets counted from `offset`, and each
+        token's alternatives with the sampled one among them, as OpenAI gives them."""
+        tokens, offsets, tops = [], [], []
+        for r in responses:
+            text = self.text(r.token)
+            tokens.append(text)
+            offsets.append(offset)
+            offset += len(text)
+            alternatives = {self.text(t): logprob for t, logprob in r.top_logprobs}
+            tops.append(alternatives | {text: r.token_logprob})
+        return {
+            "tokens": tokens,
+            "token_logprobs": [r.token_logprob for r in responses],
+            "top_logprobs": tops,
+            "text_offset": offsets,
+        }
+
+
+_WAITING = object()
+
+
 class _Request:
     """One request's stream as the event loop sees it: responses arrive on an asyncio queue,
     put there by the generation thread, so no thread is held per waiting request."""
 
-    def __init__(self) -> None:
+    def __init__(self, ident: str, endpoint: str, keepalive_s: float) -> None:
+        self.ident, self.endpoint, self.keepalive_s = ident, endpoint, keepalive_s
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.stream: Stream | None = None
         self.last: Response | None = None
+        self.started = time.monotonic()
+        self.progress: tuple[int, int] | None = None  # prefill (done, total), from the thread
 
     def listener(self, item: Response | Exception | None) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
-    async def responses(self, request: Request) -> AsyncIterator[Response]:
-        """The responses until the end; an error is raised; a client gone cancels the request
-        (checked each second while waiting, and every 16 responses)."""
-        count = 0
+    def on_progress(self, done: int, total: int) -> None:
+        self.progress = (done, total)
+
+    async def responses(self, request: Request) -> AsyncIterator[Response | None]:
+        """The responses until the end, and None each `keepalive_s` that passes without one (a
+        long prefill, a queue ahead), after logging the prefill's progress: a stream sends a
+        keep-alive then. An error is raised; a client gone cancels the request (checked while
+        waiting, and every 16 responses)."""
+        count, quiet_since = 0, time.monotonic()
         while True:
             try:
-                item = await asyncio.wait_for(self.queue.get(), timeout=1.0)
-            except asyncio.TimeoutError:  # a long prefill or a queue ahead
-                item = False
+                wait = min(1.0, self.keepalive_s)
+                item = await asyncio.wait_for(self.queue.get(), timeout=wait)
+            except asyncio.TimeoutError:
+                item = _WAITING
             count += 1
-            if (item is False or count % 16 == 0) and await request.is_disconnected():
+            if (item is _WAITING or count % 16 == 0) and await request.is_disconnected():
                 self.stream.cancel()
                 return
-            if item is False:
+            if item is _WAITING:
+                if time.monotonic() - quiet_since >= self.keepalive_s:
+                    quiet_since = time.monotonic()
+                    self.log_waiting()
+                    yield None
                 continue
             if item is None:
                 return
             if isinstance(item, Exception):
                 raise item
-            self.last = item
+            self.last, quiet_since = item, time.monotonic()
             yield item
+
+    def waiting(self) -> str:
+        """What the request waits for, for the log and keep-alive comments."""
+        if self.progress is None:
+            return "queued"
+        done, total = self.progress
+        return f"prefill {done}/{total} tokens" if self.last is None else "decoding"
+
+    def log_waiting(self) -> None:
+        elapsed = time.monotonic() - self.started
+        log.info("%s %s, %.0f s", self.ident, self.waiting(), elapsed)
 
     def usage(self) -> dict[str, Any]:
         stream, last = self.stream, self.last
@@ -143,12 +347,63 @@ class _Request:
             "prefill_fraction": last.lazy.prefill_fraction if last and last.lazy else 1.0,
         }
 
+    def log_end(self, status: int, finish: str) -> None:
+        """The request's one log line: what it cost and how it ended."""
+        usage, elapsed = self.usage(), time.monotonic() - self.started
+        ttft = f"{usage['ttft_s']:.2f} s" if usage["ttft_s"] is not None else "-"
+        log.info(
+            "%s %s %d · prompt %d tok, %d cached · TTFT %s · prefill %.0f%% · %d tok out · %s · "
+            "%.2f s",
+            self.ident,
+            self.endpoint,
+            status,
+            usage["prompt_tokens"],
+            usage["prompt_tokens_details"]["cached_tokens"],
+            ttft,
+            100 * usage["prefill_fraction"],
+            usage["completion_tokens"],
+            finish,
+            elapsed,
+        )
+
 
 def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
     """The server for `llm`; requests that name no "lazy" preset get the LLM's."""
     limits = limits or Limits()
     app = FastAPI(title="lazymlx", description="OpenAI-compatible API over lazymlx")
     created = int(time.time())
+    tokens = _Tokens(llm.tokenizer)
+
+    def card() -> dict[str, Any]:
+        return {"id": llm.name, "object": "model", "created": created, "owned_by": "lazymlx"}
+
+    @app.exception_handler(Refusal)
+    async def refused(request: Request, refusal: Refusal) -> JSONResponse:
+        log.info("%s %s %d · %s", request.method, request.url.path, refusal.status, refusal)
+        return error(refusal.status, refusal.message, refusal.param, refusal.code)
+
+    @app.exception_handler(HTTPException)
+    async def not_routed(request: Request, problem: HTTPException) -> JSONResponse:
+        """404 and 405 (and any other HTTP error of the framework) in OpenAI's shape."""
+        where = f"{request.method} {request.url.path}"
+        if problem.status_code == 404:
+            message = (
+                f"no such endpoint: {where}; this server has /v1/chat/completions, "
+                "/v1/completions, /v1/models and /health"
+            )
+        elif problem.status_code == 405:
+            allowed = (problem.headers or {}).get("Allow", "another method")
+            message = f"{where} is not allowed; use {allowed}"
+        else:
+            message = f"{where}: {problem.detail}"
+        log.info("%s %d · %s", where, problem.status_code, message)
+        return error(problem.status_code, message, headers=problem.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, fault: Exception) -> JSONResponse:
+        """A fault of ours: an error object, and the server lives on."""
+        log.error("%s %s 500 · %r", request.method, request.url.path, fault)
+        return error(500, f"the server failed: {fault}")
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -156,34 +411,50 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        card = {"id": llm.name, "object": "model", "created": created, "owned_by": "lazymlx"}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [card()]}
 
-    async def parse(request: Request, schema: type[_Body]) -> _Body | JSONResponse:
+    @app.get("/v1/models/{model_id:path}")
+    def model(model_id: str) -> dict[str, Any]:
+        if model_id != llm.name:
+            raise Refusal(
+                404,
+                f"the model {model_id!r} is not served here; this server serves {llm.name!r}",
+                "model",
+                "model_not_found",
+            )
+        return card()
+
+    async def parse(request: Request, schema: type[_Body], chat: bool) -> _Body:
         size = int(request.headers.get("content-length") or 0)
         if size > limits.max_request_bytes:
-            return error(
+            raise Refusal(
                 413, f"the request is {size} bytes; the limit is {limits.max_request_bytes}"
             )
         raw = bytearray()
         async for part in request.stream():  # a chunked body has no length to check up front
             raw += part
             if len(raw) > limits.max_request_bytes:
-                return error(413, f"the request is over the {limits.max_request_bytes}-byte limit")
+                raise Refusal(413, f"the request is over the {limits.max_request_bytes}-byte limit")
         try:
-            return schema.model_validate(json.loads(raw))
-        except ValueError as bad:  # not JSON, not UTF-8, or (pydantic's) not the right fields
-            if isinstance(bad, ValidationError):
-                first = bad.errors()[0]
-                where = ".".join(str(part) for part in first["loc"]) or "body"
-                return error(400, f"{where}: {first['msg']}")
-            return error(400, f"the body is not valid JSON ({bad})")
+            body = schema.model_validate(json.loads(raw))
+        except ValidationError as bad:
+            first = bad.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "body"
+            why = "unknown field; remove it" if first["type"] == "extra_forbidden" else first["msg"]
+            raise Refusal(400, f"{where}: {why}", where) from None
+        except ValueError as bad:  # not JSON, or not UTF-8
+            raise Refusal(400, f"the body is not valid JSON ({bad})") from None
+        _check_fields(body, chat)
+        return body
 
-    async def start(body: _Body, **prompt: Any) -> _Request | JSONResponse:
+    async def start(body: _Body, pending: _Request, top: int | None, **prompt: Any) -> None:
         max_tokens = body.max_completion_tokens or body.max_tokens or min(512, limits.max_tokens)
         if max_tokens > limits.max_tokens:
-            return error(400, f"max_tokens is {max_tokens}; this server allows {limits.max_tokens}")
-        pending = _Request()
+            raise Refusal(
+                400,
+                f"max_tokens is {max_tokens}; this server allows {limits.max_tokens}",
+                "max_tokens",
+            )
         try:  # tokenizing a large body is work: off the event loop
             pending.stream = await asyncio.to_thread(
                 llm.submit,
@@ -191,50 +462,51 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
                 max_tokens=max_tokens,
                 lazy=body.lazy or ...,
                 seed=body.seed,
+                logprobs=top,
+                on_progress=pending.on_progress,
                 listener=pending.listener,
                 temp=body.temperature,
                 top_p=body.top_p,
                 top_k=body.top_k,
                 min_p=body.min_p,
                 repetition_penalty=body.repetition_penalty,
+                presence_penalty=body.presence_penalty,
+                frequency_penalty=body.frequency_penalty,
+                logit_bias=body.logit_bias,
             )
         except LazymlxError as bad:
-            return error(400, str(bad))
-        return pending
+            raise Refusal(400, str(bad)) from None
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        body = await parse(request, ChatBody)
-        if isinstance(body, JSONResponse):
-            return body
-        messages = [
-            {"role": m.get("role", "user"), "content": _text(m.get("content"))}
-            for m in body.messages
-        ]
-        pending = await start(body, messages=messages)
-        if isinstance(pending, JSONResponse):
-            return pending
-        return await respond(request, body, pending, chat=True)
+        body = await parse(request, ChatBody, chat=True)
+        pending = _Request(f"chatcmpl-{uuid.uuid4().hex[:24]}", "chat", limits.keepalive_s)
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        await start(body, pending, top, messages=_messages(body.messages))
+        return await respond(request, body, pending, top, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await parse(request, CompletionBody)
-        if isinstance(body, JSONResponse):
-            return body
-        pending = await start(body, prompt=body.prompt)
-        if isinstance(pending, JSONResponse):
-            return pending
-        return await respond(request, body, pending, chat=False)
+        body = await parse(request, CompletionBody, chat=False)
+        pending = _Request(f"cmpl-{uuid.uuid4().hex[:24]}", "completions", limits.keepalive_s)
+        await start(body, pending, body.logprobs, prompt=_prompt(body.prompt))
+        return await respond(request, body, pending, body.logprobs, chat=False)
 
-    async def respond(request: Request, body: _Body, pending: _Request, chat: bool):
-        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        kind = "chat.completion" if chat else "text_completion"
+    def logprobs(chat: bool, responses: list[Response], offset: int) -> dict[str, Any]:
+        return tokens.chat(responses) if chat else tokens.completion(responses, offset)
+
+    async def respond(
+        request: Request, body: _Body, pending: _Request, top: int | None, chat: bool
+    ):
         if body.stream:
-            events = _events(request, body, pending, ident, kind, chat)
+            events = _events(request, body, pending, top, chat)
             return StreamingResponse(events, media_type="text/event-stream")
-        stop, pieces, finish = _StopFinder(body.stop), [], "length"
+        stop, pieces, finish, kept = _StopFinder(body.stop), [], "cancelled", []
         try:
             async for response in pending.responses(request):
+                if response is None:
+                    continue
+                kept.append(response)
                 text, hit = stop.feed(response.text)
                 pieces.append(text)
                 if hit:
@@ -243,60 +515,107 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
                     break
                 finish = response.finish_reason or finish
         except LazymlxError as bad:
-            return error(400, str(bad))
-        except Exception as bad:  # a fault of ours: an error object, and the server lives on
-            return error(500, f"generation failed: {bad}", "server_error")
+            raise Refusal(400, str(bad)) from None
+        finally:
+            pending.stream.cancel()  # a client gone frees the generation thread
         text = "".join(pieces) + (stop.flush() if finish != "stop" else "")
-        choice = {"index": 0, "finish_reason": finish}
+        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
         choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        if top is not None:
+            choice["logprobs"] = logprobs(chat, kept, 0)
+        pending.log_end(200, finish)
         return {
-            "id": ident,
-            "object": kind,
+            "id": pending.ident,
+            "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": llm.name,
             "choices": [choice],
             "usage": pending.usage(),
         }
 
-    async def _events(request, body, pending, ident, kind, chat) -> AsyncIterator[str]:
-        stop = _StopFinder(body.stop)
-        base = {"id": ident, "object": f"{kind}.chunk" if chat else kind, "model": llm.name}
+    async def _events(request, body, pending, top, chat) -> AsyncIterator[str]:
+        stop, sent, finish = _StopFinder(body.stop), 0, "cancelled"
+        base = {
+            "id": pending.ident,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "model": llm.name,
+        }
 
         def event(choices: list[dict], **extra: Any) -> str:
             payload = base | {"created": int(time.time()), "choices": choices} | extra
             return f"data: {json.dumps(payload)}\n\n"
 
-        def choice(text: str, finish: str | None, first: bool = False) -> dict:
+        def choice(text: str, finish: str | None, kept: list[Response], first=False) -> dict:
             delta = {"role": "assistant", "content": text} if first else {"content": text}
             part = {"delta": delta} if chat else {"text": text}
-            return {"index": 0, "finish_reason": finish} | part
+            probs = logprobs(chat, kept, sent) if top is not None and kept else None
+            return {"index": 0, "finish_reason": finish, "logprobs": probs} | part
 
         try:
             if chat:
-                yield event([choice("", None, first=True)])
-            finish = "length"
+                yield event([choice("", None, [], first=True)])
             async for response in pending.responses(request):
+                if response is None:
+                    yield f": keepalive {pending.waiting()}\n\n"
+                    continue
                 text, hit = stop.feed(response.text)
-                if text:
-                    yield event([choice(text, None)])
+                if text or top is not None:
+                    yield event([choice(text, None, [response])])
+                    sent += len(text)
                 if hit:
                     finish = "stop"
                     break
                 finish = response.finish_reason or finish
-            yield event([choice(stop.flush() if finish != "stop" else "", finish)])
-            if body.stream_options and body.stream_options.get("include_usage"):
+            yield event([choice(stop.flush() if finish != "stop" else "", finish, [])])
+            if body.stream_options and body.stream_options.include_usage:
                 yield event([], usage=pending.usage())  # OpenAI's own last chunk: no choices
             yield "data: [DONE]\n\n"
         except Exception as bad:  # mid-stream the status is sent: an error event instead
             kind = "invalid_request_error" if isinstance(bad, LazymlxError) else "server_error"
+            finish = "error"
             yield f"data: {json.dumps({'error': {'message': str(bad), 'type': kind}})}\n\n"
         finally:
             pending.stream.cancel()  # a client gone mid-stream frees the generation thread
+            pending.log_end(200, finish)
 
     return app
 
 
-def serve(llm: LLM, host: str, port: int, limits: Limits) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, made before the model loads: a busy port is one clear
+    error before anything says "serving", and connections made before uvicorn starts wait."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as bad:
+        raise LazymlxError(
+            f"cannot listen on {host!r} ({bad.strerror}); give an address such as 127.0.0.1"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind(address)
+    except OSError as bad:
+        sock.close()
+        if bad.errno == errno.EADDRINUSE:
+            raise LazymlxError(
+                f"port {port} on {host} is in use (another server?); pick another with --port"
+            ) from None
+        raise LazymlxError(
+            f"cannot listen on {host}:{port} ({bad.strerror}); pick another --host or --port"
+        ) from None
+    sock.listen()
+    return sock
+
+
+def serve(llm: LLM, sock: socket.socket, limits: Limits) -> None:
+    """Serve on a socket from `listen`, logging each request (and waits) to stderr."""
     import uvicorn
 
-    uvicorn.run(create_app(llm, limits), host=host, port=port, log_level="warning")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    config = uvicorn.Config(create_app(llm, limits), log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])

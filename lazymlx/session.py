@@ -8,7 +8,7 @@ config the context is a LazyState, so tokens pruned in earlier turns can be revi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,12 @@ class ChatSession:
             del self.messages[first : first + drop]
             self.dropped_turns += drop // 2
 
-    def send(self, text: str) -> Iterator[Response]:
+    def send(
+        self, text: str, on_progress: Callable[[int, int], None] | None = None
+    ) -> Iterator[Response]:
         """Stream the reply to `text`; the reply joins the history even when the caller stops
-        early. A turn that fails or is stopped before its first token leaves no trace."""
+        early. A turn that fails or is stopped before its first token leaves no trace.
+        on_progress(done, total) follows the turn's prefill (mlx-lm's prompt_progress_callback)."""
         check_text(text)
         self.messages.append({"role": "user", "content": text})
         try:
@@ -94,6 +97,7 @@ class ChatSession:
                 new_tokens,
                 prompt_cache=self.context.cache,
                 lazy=self.lazy,
+                prompt_progress_callback=on_progress,
                 **self.generation,
             ):
                 reply.append(response.text)

@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.errors import LazymlxError
+from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.models.gguf import Progress, convert_gguf
 from lazymlx.models.registry import (
     DEFAULT_MODEL,
@@ -113,7 +113,7 @@ def load(
     from mlx_lm.utils import load as mlx_lm_load
 
     if warning := blas_warning():
-        warnings.warn(warning, RuntimeWarning, stacklevel=2)
+        warnings.warn(warning, LazymlxWarning, stacklevel=2)
     model_dir = resolve(name_or_path, progress=progress)
     try:
         model, tokenizer = mlx_lm_load(str(model_dir))

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from rich.progress import Task, TaskID
 from typer.testing import CliRunner
 
+from lazymlx import LazyConfig
 from lazymlx.cli import chat as chat_module
+from lazymlx.cli import console
 from lazymlx.cli.app import app, main
 from lazymlx.cli.chat import repl
-from lazymlx.errors import LazymlxError
+from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.session import ChatSession
 
 runner = CliRunner()
@@ -105,9 +115,9 @@ def test_repl_survives_bad_commands_and_handles_multiline(tiny, capsys):
     sent = []
     original_send = session.send
 
-    def recording_send(text):
+    def recording_send(text, on_progress=None):
         sent.append(text)
-        return original_send(text)
+        return original_send(text, on_progress)
 
     session.send = recording_send
     repl(
@@ -169,7 +179,26 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
         (["generate"], "Missing option '--prompt'", 2),
         (["frobnicate"], "No such command 'frobnicate'", 2),
         (["generate", "-p", "  "], "the prompt is empty", 1),
-        (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; known names: smollm2-135m", 1),
+        (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; give a registry name", 1),
+        (
+            [
+                "generate",
+                "-m",
+                "no-such-model",
+                "-p",
+                "x",
+                "--prompt-cache-file",
+                "/no/c.safetensors",
+            ],
+            "cannot save to /no/c.safetensors: the folder /no does not exist",
+            1,
+        ),
+        (
+            ["chat", "-m", "no-such-model", "-p", "x", "--prompt-cache-file", "/no/c.safetensors"],
+            "the folder /no does not exist",
+            1,
+        ),
+        (["generate", "-p", "x", "--prompt-cache-file", "c.bin"], "name it c.bin.safetensors", 1),
         (["chat", "--lazy", "turbo", "-p", "hi"], "unknown lazy preset 'turbo'", 1),
         (["bench", "--prompt-len", "2x"], "bad prompt length '2x'; write a token count", 1),
         (["bench", "--lazy", "turbo"], "unknown lazy preset 'turbo' for smollm2-135m", 1),
@@ -289,6 +318,8 @@ def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model
     second = runner.invoke(app, [*args, "-p", document + "Q2", "--prompt-cache-file", str(cache)])
     plain = runner.invoke(app, [*args, "-p", document + "Q2", "--lazy", "off"])
     assert json.loads(second.stdout)["cached_tokens"] > 100
+    # prompt_tokens is the whole prompt, cached or not, as OpenAI's usage counts it
+    assert json.loads(second.stdout)["prompt_tokens"] == json.loads(plain.stdout)["prompt_tokens"]
     wrong_kind = runner.invoke(
         app, [*args, "-p", "x", "--lazy", "off", "--prompt-cache-file", str(cache)]
     )
@@ -329,3 +360,124 @@ def test_a_bad_message_in_chat_is_an_error_line_and_the_chat_goes_on(tiny, capsy
     err = capsys.readouterr().err
     assert "not valid UTF-8" in err
     assert [m["role"] for m in session.messages] == ["user", "assistant"]  # only the good turn
+
+
+def test_help_shows_no_value_type_beside_flags(capsys):
+    code, out, _ = run_main(capsys, "generate", "--help")
+    assert code == 0 and "--json" in out and "--quiet" in out and "<bool>" not in out
+    assert "<float range>" in out  # options that take a value still show its type
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_chat_opens_with_model_preset_and_device(tiny_model_dir: Path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", _Terminal("/bye\n"))  # input() reads it
+    code, _, err = run_main(capsys, "chat", "-m", str(tiny_model_dir))
+    first = err.splitlines()[0]
+    assert code == 0 and first.startswith(f"{tiny_model_dir} · preset default · ")
+    assert "(MLX CPU)" in first or "(MLX Metal)" in first
+    assert first.endswith("type a message, /help for commands, /bye to leave")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_long_prompt_shows_a_progress_bar_on_a_terminal(tiny, monkeypatch, quiet):
+    screen = io.StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=120)
+    monkeypatch.setattr(console, "err", terminal)
+    monkeypatch.setattr(chat_module, "err", terminal)
+    monkeypatch.setattr(console, "PROGRESS_MIN_TOKENS", 100)
+    session = ChatSession(*tiny, lazy=LazyConfig(schedule=((0.5, 0.5),)), max_tokens=2)
+    chat_module.answer(session, "the cat sat on the mat " * 10, quiet=quiet)
+    drawn = screen.getvalue()
+    assert ("tok/s" in drawn and "ETA" in drawn and "tokens" in drawn) != quiet
+    assert ("TTFT" in drawn) != quiet  # the stats line
+    screen.truncate(0)
+    chat_module.answer(session, "short", quiet=quiet)  # under the threshold: no bar
+    assert "tok/s" not in screen.getvalue().split("TTFT")[0]
+
+
+def test_quiet_prints_the_answer_only(tiny_model_dir: Path):
+    result = runner.invoke(
+        app, ["generate", "-m", str(tiny_model_dir), "-p", "the", "--raw", "-n", "2", "-q"]
+    )
+    assert result.exit_code == 0 and result.stdout.strip() and result.stderr == ""
+
+
+def test_eta_is_the_average_pace_so_far():
+    task = Task(TaskID(0), "runs", 10, 4, _get_time=lambda: 100.0)
+    task.start_time = 60.0
+    assert str(console.Eta().render(task)) == "ETA 0:01:00"  # 40 s for 4, so 60 s for 6
+    assert str(console.Eta().render(Task(TaskID(1), "x", 10, 0, _get_time=time.monotonic))) == (
+        "ETA -:--:--"
+    )
+
+
+def test_only_lazymlxs_own_warnings_are_shown(capsys):
+    with warnings.catch_warnings():
+        console.warnings_as_lines()
+        warnings.warn("from another library", DeprecationWarning, stacklevel=1)
+        warnings.warn("a slow BLAS", LazymlxWarning, stacklevel=1)
+    assert capsys.readouterr().err == "warning: a slow BLAS\n"
+    assert os.environ["TRANSFORMERS_VERBOSITY"] == "error"
+
+
+@pytest.mark.slow
+def test_transformers_log_lines_stay_out_of_the_output(tiny_model_dir: Path, tmp_path: Path):
+    """A prompt over the tokenizer's model_max_length makes transformers log a warning."""
+    model = tmp_path / "short-tokenizer"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps(config | {"model_max_length": 8}))
+    argv = ["generate", "-m", str(model), "-p", "the cat sat on the mat " * 4, "--raw", "-n", "2"]
+    result = subprocess.run(
+        [sys.executable, "-c", f"from lazymlx.cli.app import main; main({argv!r})"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Token indices" not in result.stderr and "transformers" not in result.stderr
+    assert result.stderr.startswith("TTFT") and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_models_pull_takes_a_hub_id(tiny_model_dir: Path, tmp_path: Path):
+    """From an offline, private Hugging Face cache holding the tiny model as a snapshot."""
+    repo = tmp_path / "hf" / "models--mlx-community--tiny-llama"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / ("0" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
+    pulled = subprocess.run(
+        [LAZYMLX, "models", "pull", "mlx-community/tiny-llama"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stderr.startswith("ready: mlx-community/tiny-llama at ")
+
+
+def test_a_busy_port_is_one_error_line_before_the_model_loads(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        code, out, err = run_main(capsys, "serve", "-m", "no-such-model", "--port", port)
+    assert code == 1 and out == ""
+    assert (
+        err
+        == f"error: port {port} on 127.0.0.1 is in use (another server?); pick another with --port\n"
+    )
+
+
+def test_an_unwritable_folder_for_a_context_file_is_refused_up_front(monkeypatch, tmp_path: Path):
+    from lazymlx.contexts import check_save_path
+
+    assert check_save_path(tmp_path / "c.safetensors") == tmp_path / "c.safetensors"
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a user without rights
+    with pytest.raises(LazymlxError, match=f"the folder {tmp_path} is not writable"):
+        check_save_path(tmp_path / "c.safetensors")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
 
 import lazymlx
 from lazymlx.errors import LazymlxError
@@ -75,3 +76,35 @@ def test_real_model_knows_the_capital_of_france(real):
         [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
     )
     assert "Paris" in lazymlx.generate(model, tokenizer, prompt, max_tokens=24)
+
+
+@pytest.mark.parametrize(
+    "lazy", [None, lazymlx.LazyConfig(schedule=((0.5, 0.5),))], ids=["stock", "lazy"]
+)
+def test_prompt_progress_reports_0_first_then_climbs_to_the_whole_prompt(tiny, lazy):
+    """mlx-lm's convention on both paths: 0 done as the prompt step starts (the lazy step then
+    reports per layer, stock mlx-lm per prefill chunk)."""
+    model, tokenizer = tiny
+    seen: list[tuple[int, int]] = []
+    lazymlx.generate(
+        model,
+        tokenizer,
+        "the cat sat on the mat " * 10,
+        max_tokens=2,
+        lazy=lazy,
+        prompt_progress_callback=lambda done, total: seen.append((done, total)),
+    )
+    total = seen[0][1]
+    assert seen[0] == (0, total) and seen[-1] == (total, total) and len(seen) >= 3
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+def test_prompt_tokens_count_the_cached_ones_too(tiny):
+    """One meaning everywhere (the CLI, the LLM, the server): the whole prompt, with the
+    cached part beside it; prompt_tps counts the tokens computed."""
+    model, tokenizer = tiny
+    cache = make_prompt_cache(model)
+    list(lazymlx.stream_generate(model, tokenizer, "the cat sat", max_tokens=1, prompt_cache=cache))
+    held, more = cache[0].offset, tokenizer.encode(" on the mat")
+    *_, last = lazymlx.stream_generate(model, tokenizer, more, max_tokens=2, prompt_cache=cache)
+    assert last.cached_tokens == held > 0 and last.prompt_tokens == held + len(more)

@@ -88,6 +88,7 @@ def test_cancel_mid_decode_leaves_a_context_the_next_request_can_trust(tiny_mode
         if len(received) == 3:
             stream.cancel()
     assert 3 <= len(received) < 200
+    assert stream.last.finish_reason == "cancelled"  # not None: the answer did not just stop
     assert tokens_of(finished.submit(prompt, max_tokens=3)) == received[:3]
     # the next request reuses the prompt's context either way, and answers the same
     again, reference = cancelled.submit(follow, max_tokens=6), finished.submit(follow, max_tokens=6)
@@ -139,7 +140,30 @@ def test_bad_requests_are_clear_errors_and_the_thread_lives_on(llm):
         failing.result()
     with pytest.raises(LazymlxError, match="prefill_step_size must be at least 1"):
         llm.generate("hi", max_tokens=2, prefill_step_size=0)
+    with pytest.raises(LazymlxError, match="logprobs is how many alternatives"):
+        llm.submit("hi", logprobs=-1)
+    with pytest.raises(LazymlxError, match="token id 999 is not in the model's vocabulary"):
+        llm.submit("hi", logit_bias={999: 5.0})
     assert llm.generate("still here", max_tokens=2)
+
+
+def test_logprobs_and_penalties_per_request(llm, tiny):
+    """logprobs=k: each response carries its token's log-prob and the k likeliest, as numbers
+    any thread can read; penalties and logit bias are mlx-lm's, as stream_generate takes them."""
+    stream = llm.submit("the cat sat", max_tokens=4, logprobs=3, lazy=None)
+    for response in stream:
+        ids = [t for t, _ in response.top_logprobs]
+        assert len(ids) == 3 and ids[0] == response.token  # greedy: the likeliest
+        assert response.token_logprob == pytest.approx(response.logprobs[response.token].item())
+        assert [lp for _, lp in response.top_logprobs] == sorted(
+            (lp for _, lp in response.top_logprobs), reverse=True
+        )
+    options = {"frequency_penalty": 2.0, "presence_penalty": 0.5, "logit_bias": {7: 3.0}}
+    served = tokens_of(llm.submit("the cat sat", max_tokens=8, lazy=None, **options))
+    model, tokenizer = tiny
+    assert served == [
+        r.token for r in lazymlx.stream_generate(model, tokenizer, "the cat sat", 8, **options)
+    ]
 
 
 def test_mlx_lm_habits_work_or_fail_clearly(tiny, capsys):

@@ -28,7 +28,8 @@ def test_turns_prefill_only_new_tokens_and_match_a_fresh_prefill(tiny):
     full = tokenizer.apply_chat_template(
         history + [{"role": "user", "content": "and the dog"}], add_generation_prompt=True
     )
-    assert second[-1].prompt_tokens < len(full) / 2  # only the new turn was prefilled
+    assert second[-1].prompt_tokens == len(full)  # the whole prompt, as OpenAI counts it
+    assert second[-1].cached_tokens > len(full) / 2  # but only the new turn was prefilled
     expected = fresh_answer(model, tokenizer, session.messages[:-1], 6)
     assert [r.token for r in second] == expected
     assert session.messages[-1]["role"] == "assistant"
@@ -64,9 +65,8 @@ def test_lazy_turns_extend_one_state_and_can_revive_earlier_turns(tiny):
     depth_after_first = np.array(session.context.cache.aux.depths())
     assert (depth_after_first < session.context.cache.num_layers).any()  # some tokens were pruned
     second = list(session.send("where did the cat sit? " * 4))
-    assert (
-        second[-1].prompt_tokens < session.context.cache.offset - first_turn + 8
-    )  # only the new turn
+    computed = second[-1].prompt_tokens - second[-1].cached_tokens
+    assert computed < session.context.cache.offset - first_turn + 8  # only the new turn
     depth = np.array(session.context.cache.aux.depths())
     assert (depth[:first_turn] >= depth_after_first).all()  # KV is never deleted
     revived = depth[:first_turn] > depth_after_first

@@ -41,7 +41,7 @@ class Outcome:
     peak_memory_gb: float = 0.0
 
 
-def _collect(responses: Iterable[Response], cached: int = 0) -> Outcome:
+def _collect(responses: Iterable[Response]) -> Outcome:
     tokens, pieces, last = [], [], None
     for last in responses:
         tokens.append(last.token)
@@ -50,7 +50,7 @@ def _collect(responses: Iterable[Response], cached: int = 0) -> Outcome:
     return Outcome(
         text="".join(pieces),
         tokens=tokens,
-        prompt_tokens=cached + last.prompt_tokens,
+        prompt_tokens=last.prompt_tokens,
         ttft_s=last.ttft_s,
         compute_fraction=lazy.context_fraction if lazy else 1.0,
         step_fraction=lazy.prefill_fraction if lazy else 1.0,
@@ -81,18 +81,14 @@ def run_case(
             for _ in session.send(message):
                 pass
         session.generation["max_tokens"] = case.max_tokens
-        outcome = _collect(session.send(case.segments[-1]))
-        outcome.prompt_tokens = len(session.context.tokens) - len(outcome.tokens)
-        return outcome
+        return _collect(session.send(case.segments[-1]))
     if case.kind == "kept-llm":
         from lazymlx.llm import LLM
 
         llm = LLM(lambda: (model, tokenizer), lazy=lazy)
         llm.generate(first, max_tokens=1)
         stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
-        outcome = _collect(stream)
-        outcome.prompt_tokens = stream.prompt_tokens
-        return outcome
+        return _collect(stream)
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
     for response in stream_generate(
@@ -106,13 +102,11 @@ def run_case(
             preset = "off" if lazy is None else "eval"
             save_context(path, context, "eval-model", preset)
             context, _ = load_context(path, model, "eval-model", lazy)
-    tokens = context.tokens + later[0]
-    new = _continued(context, tokens, model)
+    new = _continued(context, context.tokens + later[0], model)
     return _collect(
         stream_generate(
             model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
-        ),
-        len(tokens) - len(new),
+        )
     )
 
 
