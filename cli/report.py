@@ -9,8 +9,10 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from rich import box
@@ -82,15 +84,33 @@ def emit(
             Console(file=out.file, width=width, highlight=False).print(table)
 
 
+def _plain_lines(total: int) -> Callable[[str], None]:
+    started, done = time.monotonic(), -1
+
+    def advance(description: str) -> None:
+        nonlocal done
+        done += 1
+        elapsed = time.monotonic() - started
+        left = f", ETA {timedelta(seconds=round(elapsed / done * (total - done)))}" if done else ""
+        err.print(
+            f"[{done + 1}/{total}] {description} ({timedelta(seconds=round(elapsed))}{left})",
+            soft_wrap=True,
+            highlight=False,
+        )
+
+    return advance
+
+
 @contextmanager
 def run_progress(total: int) -> Iterator[Callable[[str], None]]:
     """A bar over all runs on stderr, with the time left at the pace so far; the spinner and
     clock keep moving during a long prefill.
 
-    Off a terminal (CI logs, a redirected stderr) a live bar is only noise, so nothing is shown.
+    Off a terminal (a log file, a redirected stderr) a live bar is only noise, so each run gets
+    one plain line instead: an hour-long eval's log says where it is and how long is left.
     """
     if not err.is_terminal:
-        yield lambda description: None
+        yield _plain_lines(total)
         return
     progress = Progress(
         SpinnerColumn(),
