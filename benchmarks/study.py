@@ -43,6 +43,7 @@ V2_SCHEDULE = dict(
 )
 STUDIES: dict[str, dict[str, LazyConfig]] = {
     # where the first prune sits and what the scoring observes; prefill share at 1k in brackets
+    # (a first run, stopped after 6 cases: the 34-40% first prunes lost the passkey there)
     "first": {
         "v2 (0.46)": replace(BASE, **V2_SCHEDULE),
         "v2, window 32 (0.46)": replace(BASE, **V2_SCHEDULE, window=32),
@@ -52,6 +53,28 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
         "0.25@40% 0.5@70%, window 32 (0.51)": schedule((0.4, 0.25), (0.7, 0.5), window=32),
         "0.3@34% 0.5@60%, window 32 (0.50)": schedule((0.34, 0.3), (0.6, 0.5), window=32),
         "0.2@50%, window 32 (0.60)": schedule((0.5, 0.2), window=32),
+    },
+    # a generous prune where SmolLM2 ranks answers fairly (layer 7), a hard one where it ranks
+    # them best (layer 15, top 5% in the diagnosis), and the windows
+    "second": {
+        "v2 (0.46)": replace(BASE, **V2_SCHEDULE),
+        "v2, window 16 (0.46)": replace(BASE, **V2_SCHEDULE, window=16),
+        "0.6@24% 0.2@50%, window 16 (0.45)": schedule((0.24, 0.6), (0.5, 0.2), window=16),
+        "0.6@24% 0.2@50% (0.45)": schedule((0.24, 0.6), (0.5, 0.2)),
+        "0.6@24% 0.2@50%, window 32 (0.45)": schedule((0.24, 0.6), (0.5, 0.2), window=32),
+        "0.5@24% 0.3@50%, window 16 (0.43)": schedule((0.24, 0.5), (0.5, 0.3), window=16),
+        "0.2@50%, window 16 (0.60)": schedule((0.5, 0.2), window=16),
+    },
+    # decode revival lost follow-up answers the prompt step had kept (the revived tokens pulled
+    # the answer to the other fact): sparse decode next to it, and the keep ratios around it
+    "third": {
+        "v2, sparse (0.46)": replace(BASE, **V2_SCHEDULE, decode="sparse"),
+        "0.6@24% 0.2@50% (0.45)": schedule((0.24, 0.6), (0.5, 0.2)),
+        "0.6@24% 0.2@50%, sparse (0.45)": schedule((0.24, 0.6), (0.5, 0.2), decode="sparse"),
+        "0.7@24% 0.2@50%, sparse (0.49)": schedule((0.24, 0.7), (0.5, 0.2), decode="sparse"),
+        "0.6@24% 0.15@50%, sparse (0.44)": schedule((0.24, 0.6), (0.5, 0.15), decode="sparse"),
+        "0.5@24% 0.2@50%, sparse (0.42)": schedule((0.24, 0.5), (0.5, 0.2), decode="sparse"),
+        "0.2@50%, sparse (0.60)": schedule((0.5, 0.2), decode="sparse"),
     },
 }
 
@@ -64,6 +87,11 @@ def main() -> None:
     parser.add_argument("--families", default="all")
     parser.add_argument("--lengths", default="1k,2k")
     parser.add_argument("--cases", type=int, help="cases per family and length (default: suite's)")
+    parser.add_argument(
+        "--right-only",
+        action="store_true",
+        help="only cases the cached baseline answers right (the only ones that count as kept)",
+    )
     parser.add_argument("--journal", required=True)
     args = parser.parse_args()
     configs = STUDIES[args.study]
@@ -73,6 +101,8 @@ def main() -> None:
     counts = suite_counts("calibration", parse_lengths(args.lengths), args.cases)
     cases = make_cases(tokenizer, parse_families(args.families), "calibration", counts)
     cache = BaselineCache(model, PACKAGED if args.model == "smollm2-135m" else None)
+    if args.right_only:
+        cases = [c for c in cases if (b := cache.get(c)) is not None and c.correct(b.text)]
     journal = Path(args.journal)
     journal.parent.mkdir(parents=True, exist_ok=True)
 

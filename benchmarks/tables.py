@@ -65,7 +65,8 @@ def eval_table(paths: list[Path]) -> str:
             continue
         lines.append(
             f"| {r['mode']} | {r['length']} | {r['cases']} | {r['baseline_right']} | {kept(r)} "
-            f"| {r['gained']} | {r['compute_fraction']:.0%} | {r['speedup']:.2f}x |"
+            f"| {r['gained']} | {r['compute_fraction']:.0%} "
+            f"| {'—' if r['speedup'] is None else format(r['speedup'], '.2f') + 'x'} |"
         )
     return "\n".join(lines)
 

@@ -131,7 +131,7 @@ EVAL_COLUMNS: list[Column] = [
     ("gained", "gained", str),
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "computed", percent),
-    ("speedup", "TTFT speedup", ratio),
+    ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
 ]
 
 
@@ -278,7 +278,7 @@ def _share(value: float | None) -> str:
 CALIBRATE_COLUMNS: list[Column] = [
     ("mode", "candidate", str),
     ("compute_fraction", "computed", percent),
-    ("speedup", "TTFT speedup", ratio),
+    ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
     ("kept_share", "kept", _share),
     ("worst_length_share", "worst length", _share),
     ("worst_family", "worst family", str),

@@ -114,8 +114,10 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
     assert rows["all", 1000, "lazy:off"]["identical"] == 1  # keep-all is the baseline
     assert len(data["cases"]) == 12 == len(journal.read_text().splitlines())
     assert {"text", "correct", "baseline_correct", "seed", "depth", "kind"} <= set(data["cases"][0])
+    assert rows["all", 1000, "random"]["speedup"] > 0  # baselines ran in this run: timed
     again = json.loads(invoke(*args))  # every baseline is cached now: only the presets run
     assert again["baselines_cached"] == 4 and again["baselines_run"] == 0
+    assert all(row["speedup"] is None for row in again["rows"])  # another run's TTFT: no ratio
     tallied = json.loads(invoke("eval", "--records", str(journal), "-o", "json"))
     assert len(tallied["cases"]) == 24 and tallied["rows"][0]["cases"] == 4
     table = invoke("eval", "--records", str(journal))

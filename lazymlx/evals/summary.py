@@ -3,7 +3,8 @@
 "Kept" counts only the cases the baseline answers right: the promise is the baseline's answer,
 sooner, so a case stock mlx-lm gets wrong says nothing about pruning (a strategy right there is
 counted as "gained"). Free-form cases have no gold; they are tallied by agreement with the
-baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group.
+baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group, over
+the cases whose baseline ran in the same run (a cached baseline's TTFT is another run's).
 """
 
 from __future__ import annotations
@@ -36,8 +37,16 @@ def tally(records: list[Record]) -> dict:
         "compute_fraction": statistics.mean(r.compute_fraction for r in records),
         "step_fraction": statistics.mean(r.step_fraction for r in records),
         "ttft_s": statistics.mean(r.ttft_s for r in records),
-        "speedup": sum(r.baseline_ttft_s for r in records) / sum(r.ttft_s for r in records),
+        "speedup": _speedup(records),
     }
+
+
+def _speedup(records: list[Record]) -> float | None:
+    """Total baseline TTFT over total TTFT, over the cases whose baseline ran in the same run."""
+    timed = [r for r in records if r.baseline_ttft_s is not None]
+    if not timed:
+        return None
+    return sum(r.baseline_ttft_s for r in timed) / sum(r.ttft_s for r in timed)
 
 
 def _groups(records: Iterable[Record], key) -> dict[tuple, list[Record]]:
