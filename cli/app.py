@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -17,15 +18,21 @@ from lazymlx.cli.console import (
     conversion_progress,
     err,
     error_line,
+    follow_rank_zero,
     out,
+    rank_error_line,
     warnings_as_lines,
     write_text,
 )
 from lazymlx.config import PRESETS, LazyConfig
-from lazymlx.errors import LazymlxError
+from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
+# what runs under mlx.launch, one rank per process (the other commands write files, which every
+# rank would do at once, or read a terminal, which mlx.launch never hands over)
+GROUP_COMMANDS = ("generate", "chat", "serve", "bench")
 _option_type = TyperOption.display_type_rich
 # typer's rich help shows "<bool>" beside flags (--json, --help), which take no value
 TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _option_type(self, ctx)
@@ -90,17 +97,39 @@ Lazy = Annotated[
 
 def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline)."""
+    from lazymlx import distributed
     from lazymlx.presets import resolve_preset
 
-    config = resolve_preset(preset, model)
+    # each rank reads its machine's saved presets: one that lacks this preset says so
+    config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
     return None if preset == "off" else config
 
 
 def load_model(model: str):
+    """The model, split over the group when mlx.launch started this process (every rank loads)."""
+    from lazymlx import distributed
     from lazymlx.models.loading import load
 
     with conversion_progress() as progress:
-        return load(model, progress=progress)
+        return load(model, progress=progress, group=distributed.group())
+
+
+def _in_group() -> bool:
+    """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
+    if RANK_ENV not in os.environ:
+        return False
+    from lazymlx import distributed
+
+    return distributed.group() is not None
+
+
+def _prompt_from_stdin() -> str:
+    if _in_group():
+        raise LazymlxError(
+            "under mlx.launch the prompt can't come from stdin or a terminal (mlx.launch never "
+            "closes the ranks' stdin); pass it with -p TEXT"
+        )
+    return sys.stdin.read()
 
 
 def _version(value: bool) -> None:
@@ -157,15 +186,16 @@ def chat(
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     from lazymlx.cli.chat import ChatFiles, answer, repl
     from lazymlx.contexts import check_save_path
+    from lazymlx.distributed import on_leader
     from lazymlx.platform import device_name
     from lazymlx.session import ChatSession
 
     if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = sys.stdin.read()
+        prompt = _prompt_from_stdin()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
     if prompt_cache_file:
-        check_save_path(prompt_cache_file)
+        on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     session = ChatSession(
         *load_model(model),
@@ -213,18 +243,26 @@ def generate(
 ) -> None:
     """Generate a completion for one prompt."""
     from lazymlx.cli.chat import stats_line
-    from lazymlx.contexts import Context, check_save_path, load_context, new_cache, save_context
+    from lazymlx.contexts import (
+        Context,
+        check_save_path,
+        context_file_exists,
+        load_context,
+        new_cache,
+        save_context,
+    )
+    from lazymlx.distributed import on_leader
     from lazymlx.generation import check_text, encode_prompt, stream_generate
 
     if prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = _prompt_from_stdin()
     if not prompt.strip():
         raise LazymlxError("the prompt is empty; pass text with -p")
     check_text(prompt)
     if raw and system:
         raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
     if prompt_cache_file:
-        check_save_path(prompt_cache_file)
+        on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
     sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
@@ -239,7 +277,7 @@ def generate(
         tokens = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
     tokens = encode_prompt(tokenizer, tokens).tolist()
     context = Context(new_cache(loaded_model, config))
-    if prompt_cache_file and os.path.exists(prompt_cache_file):
+    if prompt_cache_file and context_file_exists(prompt_cache_file):
         context, _ = load_context(prompt_cache_file, loaded_model, model, config)
     new_tokens = tokens[context.reuse(tokens, loaded_model) :]
     text, last = [], None
@@ -351,24 +389,28 @@ def serve(
     ] = 2.0,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    from lazymlx.distributed import on_leader
     from lazymlx.llm import LLM
-    from lazymlx.models.loading import load
     from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
 
     _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
-    with listen(host, port) as sock:  # and so does a busy port
-        with conversion_progress() as progress:
-            llm = LLM(
-                lambda: load(model, progress=progress),
-                lazy=lazy,
-                context_bytes=int(context_gb * 1e9),
-            )
+    sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
+    with sock or contextlib.nullcontext():
+        llm = LLM(lambda: load_model(model), lazy=lazy, context_bytes=int(context_gb * 1e9))
+        if sock is None:  # another rank of a group: it runs the requests rank 0 hands on
+            # Ctrl-C in a terminal reaches every rank; rank 0 stops serving and tells the others
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            llm.follow()
+            return
         llm.name = model
         address = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         where = f"http://{address}:{sock.getsockname()[1]}/v1"  # the port given, or the one picked
         err.print(f"serving {model} at {where} (OpenAI-compatible; Ctrl-C stops)", soft_wrap=True)
-        run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
+        try:
+            run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
+        finally:
+            llm.close()
 
 
 @models_app.command("pull")
@@ -393,6 +435,38 @@ def models_pull(
     err.print(f"[green]ready:[/] {name} at {path}", soft_wrap=True)
 
 
+def _join_group(argv: list[str]) -> None:
+    """Under mlx.launch every rank runs the command and rank 0 alone writes: join the group
+    first, so a rank that never connects fails before any work."""
+    from lazymlx import distributed
+
+    follow_rank_zero(int(os.environ[RANK_ENV]))
+    distributed.join()
+    if distributed.group() is not None and argv[0] not in (
+        *GROUP_COMMANDS,
+        "-h",
+        "--help",
+        "--version",
+    ):
+        raise LazymlxError(
+            f"`lazymlx {argv[0]}` runs in one process; run it without mlx.launch "
+            f"(under mlx.launch: {', '.join(GROUP_COMMANDS)})"
+        )
+
+
+def _run(argv: list[str]) -> object:
+    """The command; under mlx.launch, as one rank of the group."""
+    if RANK_ENV not in os.environ:
+        return app(args=argv, prog_name="lazymlx", standalone_mode=False)
+    try:
+        _join_group(argv)
+        return app(args=argv, prog_name="lazymlx", standalone_mode=False)
+    except BaseException:
+        # this rank is ending on its own: mlx.launch ending the others meanwhile is no news
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: a user's mistake is one `error:` line and exit code 1, never a traceback."""
     warnings_as_lines()
@@ -400,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv:  # bare `lazymlx`: the help, and success
         argv = ["--help"]
     try:
-        code = app(args=argv, prog_name="lazymlx", standalone_mode=False)
+        code = _run(argv)
     except typer.TyperException as error:
         hint = f" (see `{error.ctx.command_path} --help`)" if getattr(error, "ctx", None) else ""
         error_line(error.format_message() + hint)
@@ -408,7 +482,16 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         err.print()
         sys.exit(130)
+    except RankError as error:  # one rank's own: every rank prints its own
+        rank_error_line(str(error))
+        sys.exit(1)
     except LazymlxError as error:
         error_line(str(error))
         sys.exit(1)
+    except RuntimeError as error:  # a rank of the group gone: this one's line, then it stops
+        if not _in_group():
+            raise
+        from lazymlx import distributed
+
+        distributed.fail(error)
     sys.exit(code if isinstance(code, int) else 0)

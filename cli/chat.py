@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from lazymlx.cli.console import PromptProgress, err, error_line, write_text
+from lazymlx.contexts import context_file_exists
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.session import ChatSession
@@ -73,7 +73,7 @@ class ChatFiles:
 
     def __init__(self, session: ChatSession, model: str, preset: str, path: str | None) -> None:
         self.session, self.model, self.preset, self.path = session, model, preset, path
-        if path and os.path.exists(path):
+        if path and context_file_exists(path):
             self.load(path)
 
     def save(self, path: str) -> None:

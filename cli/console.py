@@ -33,6 +33,20 @@ def error_line(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
 
 
+def follow_rank_zero(rank: int) -> None:
+    """Under mlx.launch every rank runs the command and rank 0's output is the command's: the
+    others write nothing but their own errors (rank_error_line)."""
+    if rank:
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the process's life)
+
+
+def rank_error_line(message: str) -> None:
+    """An error of this rank alone (lazymlx.errors.RankError), printed on any rank."""
+    Console(file=sys.__stderr__, highlight=False).print(
+        f"[bold red]error:[/] {message}", markup=True, soft_wrap=True
+    )
+
+
 def warnings_as_lines() -> None:
     """lazymlx's own warnings print as one line (Python prints two, with a source path); other
     libraries' warnings and transformers' log lines (e.g. "Token indices sequence length is

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from lazymlx import distributed
 from lazymlx.cache import LazyKVCache
 from lazymlx.models.adapters import LlamaAdapter
 
@@ -81,6 +82,11 @@ def attention_scores(
     reduced over heads by mean (the paper's) or max (a token one head needs survives). Explicit
     products, since MLX's fused attention never returns weights, in fp32 even for half models,
     since bf16 logits would reorder near-equal scores.
+
+    Under tensor parallelism (lazymlx/distributed.py) a rank holds only its share of the heads,
+    and ranking its own would keep other tokens than the other ranks and split their caches: the
+    reduction runs over the whole group's heads, and an all_sum or all_max result is the same on
+    every rank, so every rank ranks bit-identical scores and keeps the same tokens.
     """
     _, num_heads, window, head_dim = queries.shape
     kv_heads = keys.shape[1]
@@ -91,4 +97,9 @@ def attention_scores(
     if mask is not None:
         logits = mx.where(mask, logits, -mx.inf)
     probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)
-    return probs.max(axis=(0, 1)) if heads == "max" else probs.mean(axis=(0, 1))
+    group = distributed.group()
+    if group is None:
+        return probs.max(axis=(0, 1)) if heads == "max" else probs.mean(axis=(0, 1))
+    if heads == "max":
+        return mx.distributed.all_max(probs.max(axis=(0, 1)), group=group)
+    return mx.distributed.all_sum(probs.sum(axis=(0, 1)), group=group) / (num_heads * group.size())

@@ -28,6 +28,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
+from lazymlx import distributed
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
 
@@ -281,7 +282,9 @@ class LazyState(list):
         """Refuse a context whose weights, KV, Aux and attention scores can't fit in memory.
 
         MLX's CPU attention materializes one chunk's (heads × chunk × tokens) scores; they are
-        counted on every backend, an upper bound where the fused kernels don't.
+        counted on every backend, an upper bound where the fused kernels don't. Under tensor
+        parallelism each rank counts its own share against the smallest machine's memory, so
+        every rank decides alike.
         """
         a = self.adapter
         weights = sum(p.nbytes for _, p in tree_flatten(a.model.parameters()))
@@ -290,7 +293,7 @@ class LazyState(list):
         ) * self.dtype.size
         scores = a.num_heads * min(tokens, 2048) * tokens * 4
         needed = weights + tokens * per_token + scores
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        available = distributed.smallest(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         if needed > 0.8 * available:
             raise LazymlxError(
                 f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for weights, keys, "
@@ -299,16 +302,20 @@ class LazyState(list):
             )
 
     def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-        """Write the context in mlx-lm's prompt-cache format, atomically."""
-        save_prompt_cache_atomic(path, list(self), metadata)
+        """Write the context in mlx-lm's prompt-cache format, atomically (a group's: every
+        rank's heads, written by rank 0)."""
+        entries, metadata = distributed.whole_heads(list(self), metadata)
+        distributed.on_leader(save_prompt_cache_atomic, path, entries, metadata)
 
     @classmethod
     def load(
         cls, path: str | Path, model: nn.Module, return_metadata: bool = False
     ) -> LazyState | tuple[LazyState, dict[str, str]]:
         """A context `save` wrote, for `model`; with return_metadata, (context, metadata), as
-        mlx-lm's load_prompt_cache."""
-        entries, metadata = mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True)
+        mlx-lm's load_prompt_cache. A group loads what a group of its size saved."""
+        entries, metadata = distributed.read_context(
+            lambda: mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True), Path(path)
+        )
         state = cls(model, entries)
         return (state, metadata) if return_metadata else state
 

@@ -6,7 +6,8 @@ trimmed to that prefix and only the rest is computed. `ContextPool` holds severa
 conversation, or per document a user keeps asking about), least recently used first out, bounded
 by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
 made them and which tokens they hold, so a context saved today continues tomorrow, and a file from
-another model is refused instead of silently producing nonsense.
+another model is refused instead of silently producing nonsense. In a group of ranks
+(lazymlx/distributed.py) rank 0 reads and writes the files, holding every rank's heads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import common_prefix_len
 
+from lazymlx import distributed
 from lazymlx.cache import LazyState, save_prompt_cache_atomic
 from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
@@ -104,7 +106,15 @@ def save_context(
         "preset": preset,
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
-    save_prompt_cache_atomic(check_save_path(path), list(context.cache), metadata)
+    entries, metadata = distributed.whole_heads(list(context.cache), metadata)
+    distributed.on_leader(
+        lambda: save_prompt_cache_atomic(check_save_path(path), entries, metadata)
+    )
+
+
+def context_file_exists(path: str | Path) -> bool:
+    """Whether a context file is there to continue from (rank 0's files, in a group)."""
+    return distributed.on_leader(os.path.exists, path, shared=True)
 
 
 def check_save_path(path: str | Path) -> Path:
@@ -122,12 +132,7 @@ def load_context(
 ) -> tuple[Context, dict[str, Any]]:
     """A context file's context and its extra metadata; refuses a file of another model or kind."""
     path = _checked_name(path)
-    if not path.is_file():
-        raise LazymlxError(f"no context file at {path}; save one first (or check the path)")
-    try:
-        entries, metadata = load_prompt_cache(str(path), return_metadata=True)
-    except Exception as error:  # safetensors and mlx raise several kinds on a damaged file
-        raise LazymlxError(f"{path} is not a prompt-cache file ({error})") from None
+    entries, metadata = distributed.read_context(lambda: _read(path), path)
     saved_model = metadata.get("model", "an unknown model")
     if saved_model != model_name:
         raise LazymlxError(
@@ -148,11 +153,20 @@ def load_context(
         extra = {
             key: json.loads(value)
             for key, value in metadata.items()
-            if key not in ("model", "lazymlx", "preset", "tokens")
+            if key not in ("model", "lazymlx", "preset", "tokens", distributed.GROUP_SIZE)
         }
     except json.JSONDecodeError:
         raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None
     return Context(cache, tokens), extra
+
+
+def _read(path: Path) -> tuple[list[Any], dict[str, str]]:
+    if not path.is_file():
+        raise LazymlxError(f"no context file at {path}; save one first (or check the path)")
+    try:
+        return load_prompt_cache(str(path), return_metadata=True)
+    except Exception as error:  # safetensors and mlx raise several kinds on a damaged file
+        raise LazymlxError(f"{path} is not a prompt-cache file ({error})") from None
 
 
 def _checked_name(path: str | Path) -> Path:

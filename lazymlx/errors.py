@@ -8,3 +8,9 @@ class LazymlxError(Exception):
 
 class LazymlxWarning(UserWarning):
     """Something the user should know that does not stop the work (a slow BLAS, ...)."""
+
+
+class RankError(LazymlxError):
+    """A failure of one rank of a distributed run alone (a file missing on its machine, its
+    connection gone): each rank prints its own, while an error every rank meets alike (a bad
+    argument) is printed once, by rank 0 (lazymlx/distributed.py)."""

@@ -10,13 +10,21 @@ resends its history, as an OpenAI-style client does, only computes its new token
     stream = llm.submit(messages=[{"role": "user", "content": "Hi"}], on_progress=show)
     for response in stream:          # on a worker thread; stream.cancel() from the UI
         ui.append(response.text)
+
+In a group of ranks (mlx.launch; lazymlx/distributed.py) rank 0's LLM takes the requests and hands
+each to the other ranks before running it; theirs `follow()` and run the same. They stop a
+cancelled request at the same token or layer as rank 0, and rank 0 beats every HEARTBEAT_S
+while idle, so a rank gone is noticed then, not at the next request.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +33,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx import distributed
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import ContextPool
 from lazymlx.errors import LazymlxError
@@ -53,6 +62,8 @@ REQUEST_OPTIONS = frozenset(
 )
 Progress = Callable[[int, int], None]
 _END = object()
+HEARTBEAT_S = 1.0
+STOP = {"stop": True}  # rank 0 to the others: serving is over
 
 
 class Cancelled(Exception):
@@ -162,6 +173,11 @@ class LLM:
         self.model, self.tokenizer = GENERATION_THREAD.call(
             model if callable(model) else lambda: _load(model)
         )
+        # rank 0 of a group the loader sharded the model over: it hands every request on
+        self.leads = distributed.group() is not None and distributed.rank() == 0
+        self.closed = False
+        if self.leads:
+            threading.Thread(target=self._heartbeat, name="lazymlx-heartbeat", daemon=True).start()
 
     def submit(
         self,
@@ -215,6 +231,14 @@ class LLM:
             raise LazymlxError(
                 f"unknown option {', '.join(unknown)}; submit takes {', '.join(sorted(REQUEST_OPTIONS))}"
             )
+        if self.leads:
+            try:
+                json.dumps(options)
+            except TypeError:
+                raise LazymlxError(
+                    "a group of ranks hands each request to every rank, so its options must be "
+                    "numbers, strings, lists and dicts; leave objects out"
+                ) from None
         config = self.lazy if lazy is ... else self._preset(lazy)
         if seed is not None:
             options["seed"] = seed
@@ -237,11 +261,54 @@ class LLM:
         """Submit and wait: the whole answer."""
         return self.submit(prompt, **kwargs).result()
 
+    def follow(self) -> None:
+        """Serve as a group's other rank: run each request rank 0 hands on, until it stops."""
+        GENERATION_THREAD.call(self._follow)
+
+    def close(self) -> None:
+        """Stop serving; rank 0 of a group tells the other ranks, which then return from follow()."""
+        if self.leads:
+            GENERATION_THREAD.call(self._stop)
+
+    def _follow(self) -> None:
+        try:
+            while (message := distributed.share()) != STOP:
+                if message is None:  # rank 0's heartbeat
+                    continue
+                # an error here rank 0 met too, from the same input, and told its client
+                with contextlib.suppress(LazymlxError, Cancelled):
+                    self._serve(_shared_request(message))
+        except BaseException as error:
+            distributed.fail(error)
+
+    def _stop(self) -> None:
+        self.closed = True
+        distributed.share(STOP)
+
+    def _heartbeat(self) -> None:
+        while not self.closed:
+            time.sleep(HEARTBEAT_S)
+            beat = threading.Event()
+            GENERATION_THREAD.submit(lambda beat=beat: self._beat(beat))
+            beat.wait()
+
+    def _beat(self, beat: threading.Event) -> None:
+        try:
+            if not self.closed:
+                distributed.share(None)
+        except BaseException as error:
+            distributed.fail(error)
+        finally:
+            beat.set()
+
     def _job(self, request: _Request) -> None:
-        """A request on the generation thread: its errors go to its stream, never kill the thread."""
+        """A request on the generation thread: its errors go to its stream, never kill the thread
+        (in a group, an error met on rank 0 alone ends every rank: they would part ways)."""
         try:
             self._serve(request)
         except BaseException as error:  # even a KeyboardInterrupt from a progress callback
+            if self.leads and not isinstance(error, LazymlxError | Cancelled):
+                distributed.fail(error)
             request.stream._emit(error if isinstance(error, Exception) else Cancelled())
         finally:
             request.stream._emit(_END)
@@ -251,6 +318,8 @@ class LLM:
         stream = request.stream
         if stream.cancelled:
             return
+        if self.leads:
+            distributed.share(_message(request))
         options = dict(request.options)
         if "seed" in options:
             mx.random.seed(options.pop("seed"))
@@ -258,7 +327,7 @@ class LLM:
         stream.cached_tokens = context.reuse(request.tokens, self.model)
 
         def progress(done: int, total: int) -> None:
-            if stream.cancelled:
+            if distributed.anyone(stream.cancelled):  # every rank stops at the same layer
                 raise Cancelled
             if request.on_progress is not None:
                 request.on_progress(done, total)
@@ -277,10 +346,11 @@ class LLM:
                 generated.append(response.token)
                 if request.logprobs is not None:
                     response = _with_logprobs(response, request.logprobs)
-                if stream.cancelled and response.finish_reason is None:
+                stop = distributed.anyone(stream.cancelled)  # and at the same token
+                if stop and response.finish_reason is None:
                     response.finish_reason = "cancelled"
                 stream._emit(response)
-                if stream.cancelled:
+                if stop:
                     break
         except Cancelled:
             pass
@@ -289,6 +359,27 @@ class LLM:
             # back; a stock prefill stops between chunks); reuse trims to the cache's offset
             context.tokens = request.tokens + generated
             self.contexts.put(context)
+
+
+def _message(request: _Request) -> dict[str, Any]:
+    """A request as rank 0 hands it to the other ranks of its group."""
+    lazy = None if request.lazy is None else dataclasses.asdict(request.lazy)
+    return {
+        "tokens": request.tokens,
+        "lazy": lazy,
+        "options": request.options,
+        "logprobs": request.logprobs,
+    }
+
+
+def _shared_request(message: dict[str, Any]) -> _Request:
+    """The request rank 0 handed on, to run as it runs it; its responses go nowhere."""
+    options = message["options"]
+    if options.get("logit_bias"):  # JSON made its token ids strings
+        options["logit_bias"] = {int(token): bias for token, bias in options["logit_bias"].items()}
+    lazy = None if message["lazy"] is None else LazyConfig(**message["lazy"])
+    stream = Stream(listener=lambda item: None)
+    return _Request(message["tokens"], lazy, options, stream, None, message["logprobs"])
 
 
 def _with_logprobs(response: Response, top: int) -> Response:

@@ -21,9 +21,12 @@ class LlamaAdapter:
         self.model = model
         self.layers = model.model.layers
         attn = self.layers[0].self_attn
+        # the heads this process holds: all of them, or its share under tensor parallelism
         self.num_heads, self.num_kv_heads = attn.n_heads, attn.n_kv_heads
         self.hidden_size = model.args.hidden_size
-        self.head_dim = getattr(model.args, "head_dim", None) or self.hidden_size // self.num_heads
+        self.head_dim = getattr(model.args, "head_dim", None) or (
+            self.hidden_size // model.args.num_attention_heads
+        )
 
     def embed(self, tokens: mx.array) -> mx.array:
         return self.model.model.embed_tokens(tokens)

@@ -11,6 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx import distributed
 from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.models.gguf import Progress, convert_gguf
 from lazymlx.models.registry import (
@@ -107,16 +108,43 @@ def _to_fp32(model: nn.Module) -> None:
 
 
 def load(
-    name_or_path: str = DEFAULT_MODEL, progress: Progress | None = None
+    name_or_path: str = DEFAULT_MODEL,
+    progress: Progress | None = None,
+    group: mx.distributed.Group | None = None,
 ) -> tuple[nn.Module, TokenizerWrapper]:
-    """Load a model and its tokenizer with mlx-lm from any input `resolve` accepts."""
-    from mlx_lm.utils import load as mlx_lm_load
+    """Load a model and its tokenizer with mlx-lm from any input `resolve` accepts.
 
+    group: a distributed group (mlx.launch; lazymlx/distributed.py): every rank of it calls
+    load, and each keeps its share of the model's heads and MLP (mlx-lm's own `model.shard`).
+    """
     if warning := blas_warning():
         warnings.warn(warning, LazymlxWarning, stacklevel=2)
+    if group is None or group.size() == 1:
+        return _load(name_or_path, progress, lazy=False)
+    model, tokenizer = distributed.everywhere(
+        lambda: _load_to_shard(name_or_path, progress, group.size()), "load the model", group
+    )
+    distributed.shard(model, group)
+    return model, tokenizer
+
+
+def _load_to_shard(
+    name_or_path: str, progress: Progress | None, ranks: int
+) -> tuple[nn.Module, TokenizerWrapper]:
+    """The model with its weights not read yet, so a rank reads only its share of them."""
+    model, tokenizer = _load(name_or_path, progress, lazy=True)
+    distributed.check_shardable(model, ranks)
+    return model, tokenizer
+
+
+def _load(
+    name_or_path: str, progress: Progress | None, lazy: bool
+) -> tuple[nn.Module, TokenizerWrapper]:
+    from mlx_lm.utils import load as mlx_lm_load
+
     model_dir = resolve(name_or_path, progress=progress)
     try:
-        model, tokenizer = mlx_lm_load(str(model_dir))
+        model, tokenizer = mlx_lm_load(str(model_dir), lazy=lazy)
     except ValueError as error:
         raise LazymlxError(f"mlx-lm cannot load {model_dir}: {error}") from None
     if not keep_quantized():

@@ -1,0 +1,87 @@
+"""One rank of tests/test_distributed.py, as mlx.launch runs it (or one process, for reference).
+
+    distributed_worker.py MODEL OUT_DIR PROMPT_TOKENS [HEAD_REDUCTIONS, default mean,max]
+
+Loads MODEL split over the group, runs a pruning prompt step, reviving decode steps, a second
+prompt step over the context (revival in a prompt step), a save and a load of the context and
+the same step on the loaded and the kept context, for both head reductions, and writes what
+this rank computed and kept to OUT_DIR/rank<r>.json: the (layer, positions) each step computed,
+hashes of the depths and Aux slots, the greedy tokens and the first step's log-probabilities.
+"""
+
+from __future__ import annotations
+
+import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
+
+# isort: split
+import hashlib
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from lazymlx import LazyConfig, LazyState, distributed
+
+PRUNING = LazyConfig(
+    schedule=((0.25, 0.5), (0.5, 0.5)),
+    keep_first=2,
+    window=4,
+    pool=2,
+    decode="revive",
+    revive=4,
+    revive_steps=None,
+    min_prompt=0,
+)
+
+
+def digest(array: mx.array) -> str:
+    return hashlib.sha256(np.array(array).tobytes()).hexdigest()
+
+
+def run(model, tokenizer, prompt: list[int], heads: str, out: Path) -> dict:
+    config = replace(PRUNING, heads=heads)
+    state = LazyState(model)
+    state.record = []
+    first = list(
+        lazymlx.stream_generate(model, tokenizer, prompt, 6, lazy=config, prompt_cache=state)
+    )
+    turn = list(range(40, 100))  # a second prompt step: revives context tokens it needs
+    second = list(
+        lazymlx.stream_generate(model, tokenizer, turn, 3, lazy=config, prompt_cache=state)
+    )
+    path = out / f"context-{heads}.safetensors"
+    state.save(path)
+    loaded = LazyState.load(path, model)
+    again = list(
+        lazymlx.stream_generate(model, tokenizer, [7, 8, 9], 3, lazy=config, prompt_cache=loaded)
+    )
+    kept = list(
+        lazymlx.stream_generate(model, tokenizer, [7, 8, 9], 3, lazy=config, prompt_cache=state)
+    )
+    return {
+        "record": state.record,
+        "depths": digest(state.aux.depths()),
+        "aux": digest(state.aux.hidden[: state.offset]),
+        "kv_rows": [cache.rows for cache in state.layers],
+        "tokens": [r.token for r in first + second],
+        "after_load": [r.token for r in again],
+        "without_load": [r.token for r in kept],
+        "logprobs": np.array(first[0].logprobs).tolist(),
+    }
+
+
+def main() -> None:
+    model_path, out, length = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    joined = distributed.join()
+    model, tokenizer = lazymlx.load(model_path, group=joined)
+    prompt = np.random.default_rng(0).integers(3, 250, size=length).tolist()
+    reductions = sys.argv[4].split(",") if len(sys.argv) > 4 else ["mean", "max"]
+    result = {heads: run(model, tokenizer, prompt, heads, out) for heads in reductions}
+    (out / f"rank{distributed.rank()}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
