@@ -95,7 +95,7 @@ def test_any_chat_command_leaves_the_chat_standing(tiny, command, capsys):
     [
         (["generate", "-p", ""], "the prompt is empty"),
         (["generate", "-p", "\udcff"], "not valid UTF-8"),
-        (["generate", "--lazy", "fast", "-p", "x"], "unknown lazy preset 'fast'"),
+        (["generate", "--lazy", "turbo", "-p", "x"], "unknown lazy preset 'turbo'"),
         (["generate", "-n", "0", "-p", "x"], "--max-tokens"),
         (["nope"], "No such command"),
     ],

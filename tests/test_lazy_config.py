@@ -46,9 +46,9 @@ def test_presets():
     # the first fifth of the layers never prune: pruning there destroys retrieval (design note)
     assert min(depth for depth, _ in default.schedule) >= 0.2
     with pytest.raises(
-        LazymlxError, match="unknown lazy preset 'fast'; choose one of: off, default"
+        LazymlxError, match="unknown lazy preset 'turbo'; choose one of: off, default"
     ):
-        LazyConfig.preset("fast")
+        LazyConfig.preset("turbo")
 
 
 def test_depth_fractions_map_onto_any_layer_count():

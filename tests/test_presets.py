@@ -63,7 +63,7 @@ def test_preset_errors():
     with pytest.raises(
         LazymlxError, match="choose one of: off, default, sparse, paper, long, static, random"
     ):
-        resolve_preset("fast", "m")
+        resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
         save_preset("m", "static", LazyConfig(), {})
     presets_file().parent.mkdir(parents=True, exist_ok=True)

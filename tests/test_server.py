@@ -117,8 +117,8 @@ def test_completions_take_the_lazy_preset_per_request(client):
     )
     assert stock.usage.model_extra["prefill_fraction"] == 1.0
     assert stock.choices[0].text
-    with pytest.raises(openai.BadRequestError, match="unknown lazy preset 'fast'"):
-        client.completions.create(model="m", prompt="x", max_tokens=2, extra_body={"lazy": "fast"})
+    with pytest.raises(openai.BadRequestError, match="unknown lazy preset 'turbo'"):
+        client.completions.create(model="m", prompt="x", max_tokens=2, extra_body={"lazy": "turbo"})
 
 
 def test_stop_strings_end_the_answer(client):
