@@ -216,20 +216,24 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
     ones (pruned here by an earlier step) ranked high now, at most `prompt_revive` of those.
 
-    Every row of the layer is ranked by the step's attention, shaped like the step's own tokens,
-    and the top `keep.count(rows)` (the count a prune of the whole context would keep) decide.
+    Every row of the layer is ranked by the step's attention, shaped like the step's own tokens
+    but over all rows in text order, and the top `keep.count(rows)` (the count a prune of the
+    whole context would keep) decide.
     Returns the carried context tokens' hidden states and positions, positions ascending.
     """
     aux, num_layers, config = state.aux, state.num_layers, ranker.config
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
-    context_rows = cache.row_positions()[:split]
-    context = ranker.shape(scores[:split], aux.ids[context_rows])
-    back = ranker.shape(scores[split : split + revived], aux.ids[positions[:revived]])
-    own = ranker.shape(scores[split + revived :], aux.ids[positions[revived:]])
-    ranked = mx.concatenate([context, back, own]).astype(mx.float32)
+    rows = cache.row_positions()
+    context_rows = rows[:split]
+    # shaped in text order across every row, so a chosen token takes its neighbours along
+    # whichever step left them at this layer
+    order = mx.argsort(rows)
+    shaped = mx.zeros(scores.shape, mx.float32)
+    shaped[order] = ranker.shape(scores[order], aux.ids[rows[order]]).astype(mx.float32)
+    context, back = shaped[:split], shaped[split : split + revived]
     count = keep.count(cache.rows)
-    bar = mx.sort(ranked)[-count] if count < cache.rows else mx.array(-mx.inf)
+    bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []
     still = mx.array([i for i, on in enumerate(flags) if on], mx.int32)
