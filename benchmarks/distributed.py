@@ -36,7 +36,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 from lazymlx import LazyConfig, LazyState, distributed
-from lazymlx.bench import WARMUP_TOKENS, bench_prompt, header
+from lazymlx.bench import bench_prompt, header
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.prompts import holds_answer
@@ -132,7 +132,7 @@ def worker(args: argparse.Namespace) -> None:
         "modes": {},
     }
     for mode, config in MODES.items():
-        generate(model, tokenizer, prompt.tokens[:WARMUP_TOKENS], 2, config)
+        generate(model, tokenizer, prompt.tokens, 2, config)  # warm up at the timed length
         mx.reset_peak_memory()
         run = generate(model, tokenizer, prompt.tokens, args.gen_len, config)
         np.save(out / f"logprobs-{mode}-rank{rank}.npy", np.array(run.pop("logprobs")))

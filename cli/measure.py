@@ -106,7 +106,7 @@ def bench(
         prompt=prompt,
         gen_len=gen_len,
         repeats=repeats,
-        warmup="1 per mode, 256 tokens",
+        warmup="1 per mode, at the timed length",
     )
     emit(output, head, rows, BENCH_COLUMNS)
 
