@@ -19,19 +19,23 @@ from lazymlx.evals.runner import Record
 from lazymlx.evals.summary import ALL, summarize
 from lazymlx.measure import BASELINE, Strategy
 
-# Candidates built from a model's default (so they keep its scoring, decode and length rules);
-# the study behind them is benchmarks/README-studies.md.
+# Candidates built from a model's default (so they keep its scoring, decode and length rules):
+# the schedules round 3 of benchmarks/STUDIES.md compared on SmolLM2, a generous first prune
+# where early layers rank answers roughly and a hard one where they rank them best, at depths
+# given as fractions so they map onto any model's layers.
+SCHEDULES = {
+    "0.6@24% 0.3@57%": ((0.24, 0.6), (0.57, 0.3)),
+    "0.5@24% 0.3@57%": ((0.24, 0.5), (0.57, 0.3)),
+    "0.4@24% 0.4@57%": ((0.24, 0.4), (0.57, 0.4)),
+    "0.6@24% 0.2@50%": ((0.24, 0.6), (0.5, 0.2)),
+    "0.2@50%": ((0.5, 0.2),),
+}
 CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "default": lambda default: default,
-    "first prune at 24%": lambda default: replace(
-        default, schedule=((0.24, 0.4), (0.57, 0.4)), budgets=(), floors=()
-    ),
-    "first prune at 40%": lambda default: replace(
-        default, schedule=((0.4, 0.3), (0.7, 0.5)), budgets=(), floors=()
-    ),
-    "first prune at 50%": lambda default: replace(
-        default, schedule=((0.5, 0.3), (0.8, 0.5)), budgets=(), floors=()
-    ),
+    **{
+        name: lambda default, pairs=pairs: replace(default, schedule=pairs, budgets=(), floors=())
+        for name, pairs in SCHEDULES.items()
+    },
 }
 
 

@@ -248,50 +248,20 @@ def _pairs(value, kind, name: str, shape: str) -> tuple:
 
 PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
-    # Chosen on SmolLM2-135M from where each layer's ranking puts the answer
-    # (benchmarks/answer_rank.py, 36 held-out calibration cases, 6 tasks, 1k-4k): layer 7 of 30
-    # (depth 0.24) is the one early layer whose ranking holds every answer in its top 36%, and
-    # layers 17-18 (0.57-0.6) hold them in their top 16% (4% for the needles); the layers the
-    # earlier schedule pruned at (8 and 16) rank the real-text needles near the bottom. Keeping
-    # 40% after layer 7 and a quarter of those after layer 17 kept 19 of the baseline's 20 right
-    # answers at 1k-2k and all 4 at 4k on the calibration cases
-    # (benchmarks/results/layers_*.json); the one loss, a 36-character UUID, is lost by keep-all
-    # to layer 17 as well. Layer 17 now keeps 40% of those (16% of the prompt): see below.
-    # Scored by the last 8 prompt tokens' attention (benchmarks/results/selection_1k_2k.json: at
-    # one schedule, so the same compute, window 8 with a span kept 8 of the baseline's 10 right
-    # answers at 1k where LazyLLM's last-token rule kept 6), each chosen token taking its next 12
-    # along: with 8, magic numbers ran on by extra digits ("44732632." for 4473263) because the
-    # period that ends them was dropped; on the needle calibration cases at 1k-2k span 8 kept 4
-    # of the baseline's 8 answers, spans 12, 16 and 24 all 8 (benchmarks/results/spans_1k_2k.json).
-    # On long prompts the first prune keeps at most 2,048 tokens, never under 25%: prompts to
-    # ~5k tokens prune as above, 8k keeps 25% after layer 7, so the saving grows with length.
-    # With this rule at 8k the worst of 6 needle and real-text calibration cases needed layer
-    # 7's top 21% (benchmarks/results/answer_rank_8k.json); beyond 8k the floor holds 25%,
-    # unmeasured here.
-    # With that floor, layer 17 keeping a quarter left 512 tokens at 8k and the eval's needle
-    # was lost though every one of its tokens went through every layer
-    # (benchmarks/results/eval_8k_layer17_quarter.json): the answer needs more context deep in
-    # the model. Keeping 40% there kept it (eval_8k_no_sinks.json: 2 of 2, 3.0-3.25x TTFT).
-    # The first 4 tokens always go on (attention sinks, as StreamingLLM keeps): at 8k, with 25%
-    # kept after layer 7, the rule dropped every one of the first 8 tokens and the eval's
-    # seed-1 needle was lost ("100?", eval_8k_seed1_no_sinks.json) with the needle and the
-    # question all carried; keeping the first 4 answered it (eval_8k.json).
-    # Decode "revive" (16 a layer for the first 8 steps), chosen on the eval suite at 1k-2k:
-    # reviving answered 10 of the baseline's 11, as in every step or in the first 2 only;
-    # "sparse" answered 5. Prompts under 256 tokens run whole: pruning them changed the first
-    # 16 generated tokens of 25 of 28 everyday and documentation prompts, to save 0.39 s at most
-    # (128-255 tokens, on average) on a 2-core CPU (benchmarks/results/short_prompts.json).
+    # Chosen on the eval's calibration split, reported on its validation split; every knob's
+    # measurements, and which of them should hold on other models, are in benchmarks/STUDIES.md
+    # (round 3). `calibrate` re-makes the choice for another model.
     "default": LazyConfig(
-        schedule=((0.24, 0.4), (0.57, 0.4)),
-        budgets=((0.24, 2048),),
-        floors=((0.24, 0.25),),
+        schedule=((0.24, 0.6), (0.57, 0.3)),
         keep_first=4,
-        decode="revive",
-        min_prompt=256,
         window=8,
         pool=12,
+        decode="sparse",
+        min_prompt=256,
     ),
 }
+# The faster trade (benchmarks/STUDIES.md): more pruned at the first layer, fewer answers kept.
+PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)))
 
 
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
@@ -318,31 +288,18 @@ def long_variant(config: LazyConfig, budget: int) -> LazyConfig:
     return replace(config, budgets=tuple(budgets), floors=floors)
 
 
-def reschedule(config: LazyConfig, schedule: tuple[tuple[float, float], ...]) -> LazyConfig:
-    """The config at another ratio schedule, its length-aware first prune kept: the budgets and
-    floors at its first pruning depth move to the new schedule's first pruning depth."""
-    old = first_pruning_depth(config)
-    new = min((depth for depth, ratio in schedule if ratio < 1), default=old)
-
-    def move(pairs: tuple) -> tuple:
-        return tuple((new if depth == old else depth, value) for depth, value in pairs)
-
-    return replace(
-        config, schedule=schedule, budgets=move(config.budgets), floors=move(config.floors)
-    )
-
-
 # Presets defined from the default, so they follow a model's calibrated default too.
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
-    "sparse": lambda default: replace(default, decode="sparse"),
+    # decoding revives too: in a call's first 8 steps, up to 16 pruned tokens a pruning layer
+    "revive": lambda default: replace(default, decode="revive"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
     "paper": lambda default: replace(
         default, window=1, pool=0, segments=0, heads="mean", keep_last=0
     ),
     # at most 1,024 tokens past the first pruning layer, with no floor, so prompts beyond ~2.5k
     # tokens save more the longer they are; faster, and measured to lose answers the default
-    # keeps on long prompts (benchmarks/README.md, "Length-aware budgets"): the answer's rank
-    # at that layer grows with the prompt, so a budget without a floor drops it; opt in only
+    # keeps on long prompts (benchmarks/STUDIES.md, round 2, "Length-aware budgets"): the
+    # answer's rank at that layer grows with the prompt, so a budget without a floor drops it
     "long": lambda default: long_variant(default, 1024),
     "static": lambda default: baseline_variant(default, "static"),
     "random": lambda default: baseline_variant(default, "random"),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.config import Keep, reschedule
+from lazymlx.config import Keep
 from lazymlx.errors import LazymlxError
 
 
@@ -46,7 +48,7 @@ def test_presets():
     # the first fifth of the layers never prune: pruning there destroys retrieval (design note)
     assert min(depth for depth, _ in default.schedule) >= 0.2
     with pytest.raises(
-        LazymlxError, match="unknown lazy preset 'turbo'; choose one of: off, default"
+        LazymlxError, match="unknown lazy preset 'turbo'; choose one of: off, default, fast"
     ):
         LazyConfig.preset("turbo")
 
@@ -87,16 +89,10 @@ def test_floors_stop_a_budget_cutting_long_prompts_below_a_share():
     assert Keep(0.4, 100, 0.9).count(1000) == 400
 
 
-def test_the_default_first_prune_grows_with_the_prompt():
-    first = LazyConfig.preset("default").pruning_layers(30)[7]
-    assert [first.count(n) for n in (1024, 4096, 8176, 16384)] == [410, 1639, 2048, 4096]
-
-
-def test_reschedule_moves_the_length_aware_first_prune_along():
-    default = LazyConfig.preset("default")
-    later = reschedule(default, ((0.3, 0.5), (0.6, 0.5)))
-    assert later.budgets == ((0.3, 2048),) and later.floors == ((0.3, 0.25),)
-    assert set(later.pruning_layers(30)) == {9, 18}  # no budget left behind at layer 7
-    assert reschedule(default, default.schedule) == default
-    keep_all = reschedule(default, ((0.5, 1.0),))  # no ratio prunes: the budget stays put
-    assert keep_all.budgets == default.budgets and keep_all.floors == default.floors
+def test_fast_prunes_more_than_the_default_at_the_same_layers():
+    default, fast = LazyConfig.preset("default"), LazyConfig.preset("fast")
+    layers = sorted(default.pruning_layers(30))
+    assert layers == sorted(fast.pruning_layers(30))
+    kept = [[c.pruning_layers(30)[layer].count(1000) for layer in layers] for c in (default, fast)]
+    assert all(f <= d for d, f in zip(*kept, strict=True)) and kept[1] != kept[0]
+    assert replace(fast, schedule=default.schedule) == default  # the same scoring and decode

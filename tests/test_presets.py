@@ -33,8 +33,10 @@ def test_builtin_presets_and_the_comparison_strategies():
         variant = resolve_preset(selection, "any-model")
         assert variant.schedule == default.schedule
         assert variant.selection == selection and variant.decode == "sparse"
-    sparse = resolve_preset("sparse", "any-model")
-    assert sparse.schedule == default.schedule and sparse.decode == "sparse"
+    revive = resolve_preset("revive", "any-model")
+    assert revive.schedule == default.schedule and revive.decode == "revive"
+    fast = resolve_preset("fast", "any-model")  # built in, not derived: the calibrated trade
+    assert fast == PRESETS["fast"] and fast.prunes
 
 
 def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
@@ -61,7 +63,7 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 def test_preset_errors():
     with pytest.raises(
-        LazymlxError, match="choose one of: off, default, sparse, paper, long, static, random"
+        LazymlxError, match="choose one of: off, default, fast, revive, paper, long, static, random"
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):

@@ -8,7 +8,7 @@ all modes back to back; each run reports TTFT, decode tok/s over `--gen-len` tok
 first, the wall time of the whole answer, peak memory and the prefill compute fraction.
 
     PYTHONPATH=/tmp/site python3 benchmarks/gpu/llama_shapes.py --shapes 1b,8b --lengths 8k,32k \
-        --modes baseline,off,default,sparse --gen-len 256 --repeats 2 --output $OUT/gpu.json
+        --modes baseline,off,default,fast --gen-len 256 --repeats 2 --output $OUT/gpu.json
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--lengths", default="8k,32k")
-    parser.add_argument("--modes", default="baseline,off,default,sparse")
+    parser.add_argument("--modes", default="baseline,off,default,fast")
     parser.add_argument("--gen-len", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", required=True)
