@@ -76,6 +76,42 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
         "0.5@24% 0.2@50%, sparse (0.42)": schedule((0.24, 0.5), (0.5, 0.2), decode="sparse"),
         "0.2@50%, sparse (0.60)": schedule((0.5, 0.2), decode="sparse"),
     },
+    # the two that held at 1k, at every length: the default's candidate and the fast one's
+    "fourth": {
+        "0.6@24% 0.2@50%, sparse (0.45)": schedule((0.24, 0.6), (0.5, 0.2), decode="sparse"),
+        "0.5@24% 0.2@50%, sparse (0.42)": schedule((0.24, 0.5), (0.5, 0.2), decode="sparse"),
+    },
+    # both lost chat follow-ups at 1k (the second turn's answer, from another part of the
+    # document): what the second turn's step revives, and how
+    "fifth": {
+        "0.6@24% 0.2@50% (0.45)": schedule((0.24, 0.6), (0.5, 0.2)),
+        "0.6@24% 0.2@50%, sparse, window 16 (0.45)": schedule(
+            (0.24, 0.6), (0.5, 0.2), decode="sparse", window=16
+        ),
+        "0.6@24% 0.2@50%, sparse, window 32 (0.45)": schedule(
+            (0.24, 0.6), (0.5, 0.2), decode="sparse", window=32
+        ),
+        "0.6@24% 0.3@50%, sparse (0.47)": schedule((0.24, 0.6), (0.5, 0.3), decode="sparse"),
+    },
+    # window 16 kept a chat follow-up window 8 lost (a chat turn's last 8 tokens are mostly its
+    # template's): the same on every family
+    "sixth": {
+        "0.6@24% 0.2@50%, sparse, window 16 (0.45)": schedule(
+            (0.24, 0.6), (0.5, 0.2), decode="sparse", window=16
+        ),
+    },
+    # at 4k both of the fourth's lost two real-text needles the round 2 schedule (a quarter
+    # kept after 57% of depth, 16% of the prompt) had kept: the second prune's share and depth
+    "seventh": {
+        "0.6@24% 0.3@50%, sparse (0.47)": schedule((0.24, 0.6), (0.5, 0.3), decode="sparse"),
+        "0.6@24% 0.3@57%, sparse (0.51)": schedule((0.24, 0.6), (0.57, 0.3), decode="sparse"),
+        "0.4@24% 0.4@57%, sparse (0.45)": schedule((0.24, 0.4), (0.57, 0.4), decode="sparse"),
+    },
+    # the second prune at 57% (where the 4k needles survived), at every length
+    "eighth": {
+        "0.6@24% 0.3@57%, sparse (0.51)": schedule((0.24, 0.6), (0.57, 0.3), decode="sparse"),
+        "0.5@24% 0.3@57%, sparse (0.48)": schedule((0.24, 0.5), (0.57, 0.3), decode="sparse"),
+    },
 }
 
 
