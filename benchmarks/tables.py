@@ -37,14 +37,15 @@ def kept(row: dict) -> str:
 
 def bench_table(paths: list[Path]) -> str:
     lines = [
-        "| prompt tokens | mode | TTFT (s) | speedup | prefill computed | decode tok/s | peak GB "
+        "| prompt tokens | mode | TTFT (s), mean ± std | speedup | prefill computed | decode tok/s | peak GB "
         "| passkey right | tokens = baseline's |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for path in paths:
         for r in json.loads(path.read_text())["rows"]:
             lines.append(
-                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f} | {r['speedup']:.2f}x "
+                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f} ± {r['ttft_std']:.2f} "
+                f"| {r['speedup']:.2f}x "
                 f"| {r['compute_fraction']:.0%} | {r['generation_tps']:.1f} "
                 f"| {r['peak_memory_gb']:.2f} | {'yes' if r['answer_correct'] else 'no'} "
                 f"| {'yes' if r['answer_matches_baseline'] else 'no'} |"

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -234,13 +235,15 @@ class Launch:
         return found
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def error_lines(stderr: str) -> list[str]:
     """Our lines, not mlx.launch's own about each rank's exit ("[WARN] Node with rank 1 exited
     with code 1", printed in pieces from several threads, so sometimes split over lines)."""
     theirs = ("[WARN]", "Node with rank")
-    return [
-        line for line in stderr.splitlines() if line.strip() and not any(t in line for t in theirs)
-    ]
+    lines = [ANSI_ESCAPE.sub("", line) for line in stderr.splitlines()]  # its colours, split too
+    return [line for line in lines if line.strip() and not any(t in line for t in theirs)]
 
 
 @pytest.mark.slow
