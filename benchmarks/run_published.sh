@@ -34,6 +34,8 @@ study --study sixth --lengths 1k --journal $results/studies/sixth_1k.jsonl
 study --study seventh --lengths 4k --families needle-man,needle-pkgdoc,passkey,code \
   --journal $results/studies/seventh_4k.jsonl
 study --study eighth --lengths 1k,2k,4k --journal $results/studies/eighth_1k_4k.jsonl
+.venv/bin/python benchmarks/study.py --study ninth --lengths 1k,2k --families freeform-text,freeform-chat \
+  --journal $results/studies/ninth_1k_2k.jsonl
 .venv/bin/python benchmarks/plot_frontier.py $results/studies/*.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
