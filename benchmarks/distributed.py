@@ -24,7 +24,6 @@ import argparse
 import hashlib
 import json
 import runpy
-import socket
 import subprocess
 import sys
 import tempfile
@@ -146,26 +145,13 @@ def worker(args: argparse.Namespace) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports free on loopback (the ring binds one per rank)."""
-    for first in range(40_000, 60_000, 97):
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no free ports on loopback")
-
-
 def run_group(size: int, args: argparse.Namespace, out: Path) -> list[dict]:
     command = [__file__, "--worker", "--out", str(out), "--model", args.model]
     command += ["--prompt-len", str(args.length), "--gen-len", str(args.gen_len)]
     command += ["--short", str(args.short), "--short-tokens", str(args.short_tokens)]
     if size > 1:
         launch = [str(Path(sys.executable).parent / "mlx.launch"), "-n", str(size)]
-        launch += ["--backend", "ring", "--starting-port", str(free_ports(size))]
+        launch += ["--backend", "ring", "--starting-port", str(distributed.free_ports(size))]
         command = [*launch, "--python", sys.executable, *command]
     else:
         command = [sys.executable, *command]

@@ -104,6 +104,21 @@ def join() -> mx.distributed.Group | None:
     return _group
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on loopback, for `mlx.launch --starting-port`
+    (the ring binds one per rank); drawn at random so launches side by side rarely collide."""
+    for _ in range(100):
+        first = random.randint(20_000, 60_000)
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError("no free ports on loopback")
+
+
 def _stopped(signum: int, frame: object) -> None:
     """mlx.launch ends every rank (SIGTERM) once one fails: say so in this rank's one line."""
     where = f"rank {rank()} on {socket.gethostname()}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -178,27 +177,13 @@ def test_under_mlx_launch_what_needs_one_process_is_one_error_line(
 # real groups on loopback
 
 
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports free on loopback (the ring binds one per rank)."""
-    for _ in range(100):
-        first = random.randint(20_000, 60_000)
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no free ports on loopback")
-
-
 class Launch:
     """`mlx.launch` of `ranks` local ranks (or one plain process, ranks=0), in its own process
     group so the test ends every rank it started."""
 
     def __init__(self, ranks: int, *command: str, env: dict[str, str] | None = None) -> None:
         launch = [str(BIN / "mlx.launch"), "-n", str(ranks), "--backend", "ring"]
-        launch += ["--starting-port", str(free_ports(ranks)), "--"]
+        launch += ["--starting-port", str(distributed.free_ports(ranks)), "--"]
         self.process = subprocess.Popen(
             [*(launch if ranks else []), *command],
             stdout=subprocess.PIPE,
@@ -310,7 +295,7 @@ def test_a_group_size_that_does_not_split_the_model_is_one_error_line(tiny_model
 
 @pytest.mark.slow
 def test_a_rank_that_never_connects_ends_the_others_within_the_timeout(tiny_model_dir, tmp_path):
-    first = free_ports(2)
+    first = distributed.free_ports(2)
     hostfile = tmp_path / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
     env = {"MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile), "LAZYMLX_CONNECT_TIMEOUT": "2"}
@@ -358,7 +343,7 @@ def conversation(url: str) -> list[dict]:
 @on_linux
 @pytest.mark.slow
 def test_serve_under_mlx_launch_answers_as_one_process_and_stops_every_rank(tiny_model_dir):
-    port = free_ports(1)
+    port = distributed.free_ports(1)
     command = [str(BIN / "lazymlx"), "serve", "-m", str(tiny_model_dir), "--port", str(port)]
     launch = Launch(2, *command)
     try:
@@ -382,14 +367,14 @@ def test_serve_under_mlx_launch_answers_as_one_process_and_stops_every_rank(tiny
 def test_a_rank_that_dies_ends_the_others_with_one_error_line(tiny_model_dir, tmp_path, launcher):
     """mlx.launch stops the other ranks (they say so); started by hand, rank 0's heartbeat
     notices its lost connection within a beat."""
-    port = free_ports(1)
+    port = distributed.free_ports(1)
     command = [str(BIN / "lazymlx"), "serve", "-m", str(tiny_model_dir), "--port", str(port)]
     if launcher == "mlx.launch":
         launches = [Launch(2, *command)]
         serving(launches[0], port)
         victim, survivor = launches[0].ranks()[1], launches[0]
     else:
-        first = free_ports(2)
+        first = distributed.free_ports(2)
         hostfile = tmp_path / "hosts.json"
         hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
         launches = [
