@@ -62,6 +62,9 @@ class LazyConfig:
     window: tokens are scored by the attention the last `window` carried tokens pay them,
         averaged (SnapKV's observation window); 1 is LazyLLM's last-token rule. Only the last
         `max(1, keep_last)` are sure to go on, so deeper layers observe with the last carried.
+    past_template: a step that ends with the chat template's closing tokens (the same every
+        turn; lazymlx/templates.py) observes `window` tokens before them too, so a chat turn is
+        scored by its question as a raw prompt is, not by its template.
     pool: a token scores the best of itself and the `pool` carried tokens before it, so the
         tokens that follow a high-scoring one (the rest of a number, of a sentence) go on with
         it: the last token attends most to where an answer starts, and an answer is copied
@@ -93,6 +96,7 @@ class LazyConfig:
     keep_first: int = 0
     keep_last: int = 0
     window: int = 1
+    past_template: bool = False
     pool: int = 0
     segments: int = 0
     heads: str = "mean"
@@ -111,6 +115,8 @@ class LazyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
+        if not isinstance(self.past_template, bool):
+            raise LazymlxError(f"past_template must be true or false, got {self.past_template!r}")
         for name in ("revive_steps", "prompt_revive"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -209,7 +215,10 @@ class LazyConfig:
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
         shaped = self.window > 1 or self.pool or self.segments or self.heads != "mean"
         if self.selection != "random" and shaped:
-            ranked += f", scored by the last {self.window} token(s) ({self.heads} over heads"
+            ranked += f", scored by the last {self.window} token(s)"
+            if self.past_template:
+                ranked += " before the chat template's"
+            ranked += f" ({self.heads} over heads"
             if self.segments:
                 ranked += f", whole sentences and lines of up to {self.segments} tokens"
             if self.pool:
@@ -294,7 +303,7 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "revive": lambda default: replace(default, decode="revive"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
     "paper": lambda default: replace(
-        default, window=1, pool=0, segments=0, heads="mean", keep_last=0
+        default, window=1, past_template=False, pool=0, segments=0, heads="mean", keep_last=0
     ),
     # at most 1,024 tokens past the first pruning layer, with no floor, so prompts beyond ~2.5k
     # tokens save more the longer they are; faster, and measured to lose answers the default

@@ -17,7 +17,7 @@ import inspect
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
@@ -33,6 +33,7 @@ from lazymlx.decode import LazyModel
 from lazymlx.errors import LazymlxError
 from lazymlx.prefill import PREFILL_CHUNK
 from lazymlx.segments import segment_ends
+from lazymlx.templates import template_tail
 from lazymlx.worker import GENERATION_THREAD
 
 Prompt = str | Sequence[int] | mx.array
@@ -300,6 +301,8 @@ def _stream_generate(
         chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
         progress = kwargs.get("prompt_progress_callback")
         ends = segment_ends(tokenizer) if lazy.segments else None
+        if lazy.past_template:
+            lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
         model = LazyModel(model, state, lazy, tokens.size, chunk, progress, ends)
         if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
             kwargs["prompt_progress_callback"] = None

@@ -30,6 +30,7 @@ from lazymlx.errors import LazymlxError
         ({"floors": "deep"}, "floors must be a list of \\(depth, floor ratio\\) pairs"),
         ({"floors": ((0.5, 0.2),)}, "the floor at depth 0.5 has no budget at that depth"),
         ({"window": 0}, "window must be >= 1, got 0"),
+        ({"past_template": "yes"}, "past_template must be true or false, got 'yes'"),
         ({"pool": -1}, "pool must be >= 0, got -1"),
         ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
         ({"heads": "sum"}, "unknown head reduction 'sum'; choose one of: mean, max"),
