@@ -3,13 +3,16 @@
 For each case (raw prompts only), two runs of the prompt alone:
 - the preset's lazy prompt step: every token's depth (the layers it went through); for each
   planted piece (the asked fact first, then look-alikes, distractors) the depth of each of its
-  tokens, so a fact whose key stopped at layer 7 while its value went on shows as such;
+  tokens, so a fact whose key stopped at layer 7 while its value went on shows as such, and
+  the depths of the prompt's last tokens (its question, which the scoring observes);
 - a keep-all pass that ranks the prompt's tokens at every layer by the preset's rule: the share a
   prune at that layer must keep for a piece's every token to survive (1.0: it ranks last).
 Calibration cases only: this chooses knobs.
 
     .venv/bin/python benchmarks/diagnose.py --families lookalike,passkey --lengths 2k \\
         --seeds 0,1,2 --lazy default --output benchmarks/results/diagnose_lookalike_2k.json
+    .venv/bin/python benchmarks/diagnose.py --cases table:1k:2,twohop:1k:1 --lazy default \\
+        --output benchmarks/results/studies/diagnose_default.json
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer, prompt_step
 from lazymlx.presets import resolve_preset
 from lazymlx.segments import segment_ends
+
+TAIL = 24  # the prompt's last tokens (its question) whose depths are reported too
 
 
 def piece_rows(tokenizer, case: Case, prompt: list[int]) -> list[list[int]]:
@@ -78,51 +83,68 @@ def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[lis
     return shares
 
 
+def chosen_cases(args) -> list[tuple[str, int, int]]:
+    """(family, length, seed) of every case to diagnose."""
+    if args.cases:
+        picked = []
+        for spec in args.cases.split(","):
+            family, length, seed = spec.split(":")
+            picked.append((parse_families(family)[0], parse_lengths(length)[0], int(seed)))
+        return picked
+    return [
+        (family, length, int(seed))
+        for length in parse_lengths(args.lengths)
+        for family in parse_families(args.families)
+        for seed in args.seeds.split(",")
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--families", default="lookalike,passkey")
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--cases", help="family:length:seed,... (instead of families x lengths x seeds)"
+    )
     parser.add_argument("--lazy", default="default")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
     config = resolve_preset(args.lazy, args.model)
     results = []
-    for length in parse_lengths(args.lengths):
-        for family in parse_families(args.families):
-            for seed in (int(s) for s in args.seeds.split(",")):
-                case = make_case(family, tokenizer, length, seed, "calibration")
-                if case.kind != "raw" or not case.planted:
-                    continue
-                prompt = encode_prompt(tokenizer, case.segments[0]).tolist()
-                pieces = piece_rows(tokenizer, case, prompt)
-                state = LazyState(model)
-                prompt_step(
-                    state, mx.array(prompt), config, ends=segment_ends(tokenizer), prune=True
-                )
-                depth = state.aux.depths().tolist()
-                results.append(
-                    {
-                        "family": family, "length": length, "seed": seed, "gold": case.gold,
-                        "pieces": [
-                            {"text": piece, "holds_gold": case.gold in piece,
-                             "tokens": [tokenizer.decode([prompt[r]]) for r in rows],
-                             "depths": [depth[r] for r in rows]}
-                            for piece, rows in zip(case.planted, pieces, strict=True)
-                        ],
-                        "needed": keep_all_ranks(model, tokenizer, config, prompt, pieces),
-                    }
-                )  # fmt: skip
-                asked = results[-1]["pieces"][0]
-                print(f"{family} {length} #{seed}: asked fact depths {asked['depths']}", flush=True)
-                with open(args.output, "w") as f:
-                    json.dump(
-                        {"header": header(args.model, lazy=args.lazy), "cases": results},
-                        f,
-                        indent=1,
-                    )
+    for family, length, seed in chosen_cases(args):
+        case = make_case(family, tokenizer, length, seed, "calibration")
+        if case.kind != "raw" or not case.planted:
+            continue
+        prompt = encode_prompt(tokenizer, case.segments[0]).tolist()
+        pieces = piece_rows(tokenizer, case, prompt)
+        state = LazyState(model)
+        prompt_step(state, mx.array(prompt), config, ends=segment_ends(tokenizer), prune=True)
+        depth = state.aux.depths().tolist()
+        results.append(
+            {
+                "family": family, "length": length, "seed": seed, "gold": case.gold,
+                "pieces": [
+                    {"text": piece, "holds_gold": case.gold in piece,
+                     "tokens": [tokenizer.decode([prompt[r]]) for r in rows],
+                     "depths": [depth[r] for r in rows]}
+                    for piece, rows in zip(case.planted, pieces, strict=True)
+                ],
+                "tail": [[tokenizer.decode([t]), d]
+                         for t, d in zip(prompt[-TAIL:], depth[-TAIL:], strict=True)],
+                "needed": keep_all_ranks(model, tokenizer, config, prompt, pieces),
+            }
+        )  # fmt: skip
+        asked = results[-1]["pieces"][0]
+        print(f"{family} {length} #{seed}: asked fact depths {asked['depths']}", flush=True)
+        with open(args.output, "w") as f:
+            json.dump(
+                {"header": header(args.model, lazy=args.lazy), "cases": results},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":
