@@ -217,7 +217,7 @@ class LazyConfig:
         if self.selection != "random" and shaped:
             ranked += f", scored by the last {self.window} token(s)"
             if self.past_template:
-                ranked += " before the chat template's"
+                ranked += " of the user's text"
             ranked += f" ({self.heads} over heads"
             if self.segments:
                 ranked += f", whole sentences and lines of up to {self.segments} tokens"
@@ -264,6 +264,7 @@ PRESETS: dict[str, LazyConfig] = {
         schedule=((0.24, 0.6), (0.57, 0.3)),
         keep_first=4,
         window=8,
+        past_template=True,
         pool=12,
         decode="sparse",
         min_prompt=256,
