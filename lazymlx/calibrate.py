@@ -33,7 +33,9 @@ SCHEDULES = {
 CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "default": lambda default: default,
     **{
-        name: lambda default, pairs=pairs: replace(default, schedule=pairs, budgets=(), floors=())
+        name: lambda default, pairs=pairs: replace(
+            default, schedule=pairs, budgets=(), masses=(), floors=()
+        )
         for name, pairs in SCHEDULES.items()
     },
 }

@@ -27,18 +27,22 @@ HEAD_REDUCTIONS = ("mean", "max")
 
 
 class Keep(NamedTuple):
-    """What one pruning layer keeps of the n tokens reaching it: ceil(ratio × n), at most budget;
-    the budget never cuts below ceil(floor × n)."""
+    """What one pruning layer keeps of the n tokens reaching it: ceil(ratio × n), at most budget
+    and, with a mass, at most the fewest tokens holding that share of the attention; neither cap
+    cuts below ceil(floor × n)."""
 
     ratio: float = 1.0
     budget: int | None = None
     floor: float = 0.0
+    mass: float = 0.0
 
-    def count(self, present: int) -> int:
+    def count(self, present: int, holding: int | None = None) -> int:
+        """holding: with a mass, the fewest tokens holding that share (prefill.py measures it)."""
         kept = math.ceil(self.ratio * present)
-        if self.budget is None:
+        caps = [cap for cap in (self.budget, holding if self.mass else None) if cap is not None]
+        if not caps:
             return kept
-        return min(kept, max(self.budget, math.ceil(self.floor * present)))
+        return min(kept, max(min(caps), math.ceil(self.floor * present)))
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,15 @@ class LazyConfig:
         tokens go on, whatever the ratios allow. Ratios prune the same share at every length; a
         budget makes the saving grow with the prompt (FastKV, GemFilter), so long prompts get
         the largest speedup while short ones are ruled by the ratios alone.
-    floors: (depth fraction, ratio) pairs: at that depth a budget never cuts below that share
-        of the tokens present. How far down the ranking an answer sits grows with the prompt,
-        so a budget alone drops answers on long prompts (the `long` preset at 8k); a floor
-        bounds how far the share may fall.
+    masses: (depth fraction, share) pairs: at that depth the count adapts to how concentrated
+        the attention is: at most the fewest tokens holding `share` of the attention the
+        observing tokens pay the ones that may be pruned (sinks and the observers left out),
+        within the ratio above and the floor below. Attention spread over many tokens (a table,
+        several candidate facts) keeps more; attention on one place (a passkey) keeps fewer.
+    floors: (depth fraction, ratio) pairs: at that depth a budget or a mass never cuts below
+        that share of the tokens present. How far down the ranking an answer sits grows with the
+        prompt, so a budget alone drops answers on long prompts (the `long` preset at 8k); a
+        floor bounds how far the share may fall.
     keep_first: the first tokens (attention sinks) are never pruned.
     keep_last: the step's last tokens (the question, the recent window) are never pruned; the
         very last token always goes on.
@@ -92,6 +101,7 @@ class LazyConfig:
 
     schedule: tuple[tuple[float, float], ...] = ()
     budgets: tuple[tuple[float, int], ...] = ()
+    masses: tuple[tuple[float, float], ...] = ()
     floors: tuple[tuple[float, float], ...] = ()
     keep_first: int = 0
     keep_last: int = 0
@@ -132,15 +142,19 @@ class LazyConfig:
             _check_depth(depth, "budget")
             if tokens < 1:
                 raise LazymlxError(f"token budget must be >= 1, got {tokens}")
+        masses = _pairs(self.masses, float, "masses", "(depth, attention share)")
+        for depth, share in masses:
+            _check_depth(depth, "mass")
+            _check_ratio(share, "attention share")
         floors = _pairs(self.floors, float, "floors", "(depth, floor ratio)")
-        budget_depths = {depth for depth, _ in budgets}
+        capped = {depth for depth, _ in budgets} | {depth for depth, _ in masses}
         for depth, ratio in floors:
             _check_depth(depth, "floor")
             _check_ratio(ratio, "floor")
-            if depth not in budget_depths:
+            if depth not in capped:
                 raise LazymlxError(
-                    f"the floor at depth {depth} has no budget at that depth; a floor only "
-                    "limits a budget, so give both the same depth"
+                    f"the floor at depth {depth} has no budget or mass at that depth; a floor "
+                    "only limits one, so give both the same depth"
                 )
         for name in ("keep_first", "keep_last", "pool", "segments"):
             if getattr(self, name) < 0:
@@ -165,6 +179,7 @@ class LazyConfig:
             )
         object.__setattr__(self, "schedule", pairs)
         object.__setattr__(self, "budgets", budgets)
+        object.__setattr__(self, "masses", masses)
         object.__setattr__(self, "floors", floors)
 
     @classmethod
@@ -175,13 +190,13 @@ class LazyConfig:
 
     @property
     def prunes(self) -> bool:
-        return bool(self.budgets) or any(ratio < 1 for _, ratio in self.schedule)
+        return bool(self.budgets or self.masses) or any(ratio < 1 for _, ratio in self.schedule)
 
     def pruning_layers(self, num_layers: int) -> dict[int, Keep]:
         """Layer index → what it keeps, for a model with `num_layers` layers.
 
-        Two ratios landing on the same layer compound, two budgets take the smaller and two
-        floors the larger; pruning at the last layer would select tokens for no deeper layer, so
+        Two ratios landing on the same layer compound, two budgets or masses take the smaller and
+        two floors the larger; pruning at the last layer would select tokens for no deeper layer, so
         it is dropped.
         """
         layers: dict[int, Keep] = {}
@@ -196,7 +211,12 @@ class LazyConfig:
                 keep = layers.get(layer, Keep())
                 budget = tokens if keep.budget is None else min(keep.budget, tokens)
                 layers[layer] = keep._replace(budget=budget)
-        for depth, ratio in self.floors:  # each has a budget at its depth (checked above)
+        for depth, share in self.masses:
+            layer = math.floor(depth * num_layers)
+            if layer < num_layers - 1:
+                keep = layers.get(layer, Keep())
+                layers[layer] = keep._replace(mass=min(keep.mass or 1.0, share))
+        for depth, ratio in self.floors:  # each has a budget or mass at its depth (checked above)
             layer = math.floor(depth * num_layers)
             if layer in layers:
                 layers[layer] = layers[layer]._replace(floor=max(layers[layer].floor, ratio))
@@ -207,6 +227,10 @@ class LazyConfig:
             return "keep all tokens"
         steps = [f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule]
         steps += [f"at most {tokens} at {depth:.0%}" for depth, tokens in self.budgets]
+        steps += [
+            f"at most those holding {share:.0%} of the attention at {depth:.0%}"
+            for depth, share in self.masses
+        ]
         steps += [f"at least {ratio:.0%} at {depth:.0%}" for depth, ratio in self.floors]
         sinks = f", first {self.keep_first} kept" if self.keep_first else ""
         sinks += f", last {self.keep_last} kept" if self.keep_last else ""

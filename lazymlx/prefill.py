@@ -167,7 +167,8 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         recent = max(1, config.keep_last)
         k = max(keep[layer].count(own), min(own, sinks + recent)) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
-        if k >= own and not revived and not backlog:
+        adapts = prune and keep[layer].mass > 0  # the count waits for the attention
+        if k >= own and not adapts and not revived and not backlog:
             continue
         scale = block.self_attn.scale
         rows = _Lazy(lambda cache=cache, o=observed, s=scale: ranker.rows(o, cache, s))
@@ -177,6 +178,9 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         scores = ranker.own(layer, rows, aux.ids[own_positions])
         index = mx.arange(own)
         forced = (index < sinks) | (index >= own - recent)
+        if adapts:
+            held = _holding(rows()[-own:], forced, keep[layer].mass)
+            k = max(keep[layer].count(own, held), min(own, sinks + recent))
         order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
         ranker.keep(kept)
@@ -184,7 +188,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         back_h, back = h[:, :revived], positions[:revived]
         if revived or backlog:  # context tokens: what a prune of the whole context keeps
             back_h, back = _revive(
-                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals
+                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals, end
             )
             revived = back.size
         h = mx.concatenate([back_h, own_h[:, kept]], axis=1)
@@ -212,7 +216,15 @@ def _stop(aux: LazyAux, positions: mx.array, hidden: mx.array, layer: int) -> No
     aux.depth[positions] = layer + 1
 
 
-def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, revivals):
+def _holding(attention: mx.array, forced: mx.array, share: float) -> int:
+    """The fewest tokens holding `share` of the attention the unforced ones get, plus the forced
+    (always kept, and left out of the sum: sinks and the observers soak up most of it)."""
+    free = mx.sort(mx.where(forced, 0.0, attention.astype(mx.float32)))[::-1]
+    reached = mx.cumsum(free) >= share * free.sum()
+    return int(mx.argmax(reached).item()) + 1 + int(forced.sum().item())
+
+
+def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, revivals, end):
     """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
     ones (pruned here by an earlier step) ranked high now, at most `prompt_revive` of those.
 
@@ -232,7 +244,9 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     shaped = mx.zeros(scores.shape, mx.float32)
     shaped[order] = ranker.shape(scores[order], aux.ids[rows[order]]).astype(mx.float32)
     context, back = shaped[:split], shaped[split : split + revived]
-    count = keep.count(cache.rows)
+    forced = (rows < ranker.config.keep_first) | (rows >= end - max(1, ranker.config.keep_last))
+    held = _holding(scores, forced, keep.mass) if keep.mass else None
+    count = keep.count(cache.rows, held)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []

@@ -110,6 +110,14 @@ def test_each_pair_is_computed_at_most_once(config):
         assert prompt_pairs > prefill_pairs  # decode brought pruned prompt tokens back
 
 
+def test_a_mass_keeps_few_where_attention_is_concentrated_and_many_where_it_is_spread():
+    forced = mx.array([True, False, False, False, False, False])  # a sink: left out of the sum
+    concentrated = mx.array([0.9, 0.09, 0.004, 0.002, 0.002, 0.002])
+    spread = mx.array([0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    assert prefill._holding(concentrated, forced, 0.85) == 1 + 1
+    assert prefill._holding(spread, forced, 0.85) == 5 + 1
+
+
 def test_stats_are_read_from_the_state(tiny):
     model, tokenizer = tiny
     prompt = random_tokens(120, vocab=200)
@@ -267,7 +275,8 @@ PROPERTY_MODEL = None
     selection=st.sampled_from(SELECTIONS),
     chunk=st.sampled_from([7, 2048]),
     budgets=st.lists(st.tuples(st.floats(0, 0.99), st.integers(1, 60)), max_size=2),
-    floors=st.lists(st.floats(0.01, 1), max_size=2),  # one per budget, at its depth
+    masses=st.lists(st.tuples(st.floats(0, 0.99), st.floats(0.01, 1)), max_size=2),
+    floors=st.lists(st.floats(0.01, 1), max_size=4),  # one per budget or mass, at its depth
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
     heads=st.sampled_from(HEAD_REDUCTIONS),
     segments=st.sampled_from([0, 3, 16]),
@@ -284,6 +293,7 @@ def test_random_schedules_keep_every_invariant(
     selection,
     chunk,
     budgets,
+    masses,
     floors,
     scoring,
     heads,
@@ -299,7 +309,10 @@ def test_random_schedules_keep_every_invariant(
         revive=revive,
         selection=selection,
         budgets=tuple(budgets),
-        floors=tuple((depth, ratio) for (depth, _), ratio in zip(budgets, floors, strict=False)),
+        masses=tuple(masses),
+        floors=tuple(
+            (depth, ratio) for (depth, _), ratio in zip(budgets + masses, floors, strict=False)
+        ),
         window=scoring[0],
         pool=scoring[1],
         keep_last=scoring[2],
@@ -328,7 +341,11 @@ def test_random_schedules_keep_every_invariant(
         if layer + 1 < 5:
             n = len(computed)
             kept = max(keep[layer].count(n), forced) if layer in keep else n
-            assert len(first[layer + 1]) == min(n, kept)
+            if layer in keep and keep[layer].mass:  # as the attention says, within the bounds
+                least = max(keep[layer].count(n, 0), forced)
+                assert min(n, least) <= len(first[layer + 1]) <= min(n, kept)
+            else:
+                assert len(first[layer + 1]) == min(n, kept)
     depth = np.array(state.aux.depths())
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
 

@@ -28,7 +28,10 @@ from lazymlx.errors import LazymlxError
         ({"floors": ((0.5, 0.0),)}, r"floor ratio must be in \(0, 1\], got 0.0"),
         ({"floors": ((1.0, 0.5),)}, r"floor depth must be in \[0, 1\), got 1.0"),
         ({"floors": "deep"}, "floors must be a list of \\(depth, floor ratio\\) pairs"),
-        ({"floors": ((0.5, 0.2),)}, "the floor at depth 0.5 has no budget at that depth"),
+        ({"floors": ((0.5, 0.2),)}, "the floor at depth 0.5 has no budget or mass at that"),
+        ({"masses": ((0.5, 0.0),)}, r"attention share ratio must be in \(0, 1\], got 0.0"),
+        ({"masses": ((1.0, 0.5),)}, r"mass depth must be in \[0, 1\), got 1.0"),
+        ({"masses": "most"}, r"masses must be a list of \(depth, attention share\) pairs"),
         ({"window": 0}, "window must be >= 1, got 0"),
         ({"past_template": "yes"}, "past_template must be true or false, got 'yes'"),
         ({"pool": -1}, "pool must be >= 0, got -1"),
@@ -88,6 +91,21 @@ def test_floors_stop_a_budget_cutting_long_prompts_below_a_share():
     assert "at least 25% at 30%" in config.describe()
     # a floor only relaxes the budget: it never keeps more than the ratio
     assert Keep(0.4, 100, 0.9).count(1000) == 400
+
+
+def test_masses_keep_as_many_as_the_attention_needs_within_the_ratio_and_floor():
+    config = LazyConfig(
+        schedule=((0.3, 0.6),), masses=((0.3, 0.9), (0.3, 0.8)), floors=((0.3, 0.2),)
+    )
+    layers = config.pruning_layers(10)
+    assert config.prunes and layers == {3: Keep(0.6, None, 0.2, 0.8)}  # two masses: the smaller
+    keep = layers[3]
+    assert keep.count(1000) == 600  # before the attention is measured: the ratio, an upper bound
+    assert [keep.count(1000, held) for held in (50, 400, 900)] == [200, 400, 600]
+    assert Keep(1.0, 300, 0.0, 0.5).count(1000, 500) == 300  # a budget and a mass: the smaller
+    assert Keep(0.5, 300, 0.0, 0.0).count(1000, 10) == 300  # no mass: what it measured is unused
+    assert LazyConfig(masses=((0.5, 0.9),)).pruning_layers(10) == {5: Keep(1.0, None, 0.0, 0.9)}
+    assert "at most those holding 80% of the attention at 30%" in config.describe()
 
 
 def test_fast_prunes_more_than_the_default_at_the_same_layers():
