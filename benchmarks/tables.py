@@ -16,14 +16,19 @@ from lazymlx.evals.summary import ALL, summarize
 
 
 def records(paths: list[Path]) -> list[Record]:
-    out = []
+    """Each case's row for a mode once, the first: a run over cached baselines writes the
+    baseline's row again, and the first is the one timed beside the presets it ran with."""
+    rows: dict[tuple, dict] = {}
     for path in paths:
         text = path.read_text()
         if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
-            out += records_from_dicts(json.loads(text)["cases"])
+            found = json.loads(text)["cases"]
         else:
-            out += records_from_dicts([json.loads(x) for x in text.splitlines() if x.strip()])
-    return out
+            found = [json.loads(x) for x in text.splitlines() if x.strip()]
+        for row in found:
+            key = (row["mode"], row["split"], row["family"], row["length"], row["seed"])
+            rows.setdefault(key, row)
+    return records_from_dicts(list(rows.values()))
 
 
 def kept(row: dict) -> str:
@@ -78,14 +83,16 @@ def families_table(paths: list[Path]) -> str:
     modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "baseline"]
     families = [f for f in dict.fromkeys(r["family"] for r in rows) if f != ALL]
     pooled = {(r["mode"], r["family"]): r for r in rows if r["length"] == ALL}
-    if not pooled:  # one length only
-        pooled = {(r["mode"], r["family"]): r for r in rows}
+    for r in rows:  # a mode run at one length only has no pooled rows
+        pooled.setdefault((r["mode"], r["family"]), r)
     lines = ["| family | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for family in families:
         cells = []
         for mode in modes:
-            r = pooled[mode, family]
-            if r["kept_share"] is None:
+            r = pooled.get((mode, family))
+            if r is None:  # not run in this mode
+                cells.append("—")
+            elif r["kept_share"] is None:
                 cells.append(
                     f"{r['identical']:.0%} identical, {r['agreed_tokens']:.1f} tokens agree"
                 )
