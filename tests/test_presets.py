@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -42,7 +43,9 @@ def test_builtin_presets_and_the_comparison_strategies():
 def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
-    tuned = LazyConfig(schedule=((0.5, 0.7),), budgets=((0.5, 900),), floors=((0.5, 0.3),))
+    tuned = LazyConfig(
+        schedule=((0.5, 0.7),), budgets=((0.5, 900),), masses=((0.5, 0.9),), floors=((0.5, 0.3),)
+    )
     path = save_preset(str(model_dir), "tuned", tuned, {"target": 0.97})
     assert resolve_preset("tuned", str(model_dir)) == tuned
     assert resolve_preset("tuned", str(tmp_path / ".." / tmp_path.name / "my-model")) == tuned
@@ -83,8 +86,10 @@ def test_presets_saved_before_engine_v2_keep_working():
 def test_long_budgets_the_first_pruning_layer_of_any_default():
     built_in = DERIVED["long"](LazyConfig.preset("default"))
     # the default's own budget there gives way to the smaller one, and its floor is dropped
-    assert built_in.budgets == ((LazyConfig.preset("default").schedule[0][0], 1024),)
-    assert built_in.floors == () and built_in.pruning_layers(30)[7].count(8192) == 1024
+    first = LazyConfig.preset("default").schedule[0][0]
+    assert built_in.budgets == ((first, 1024),)
+    layer = math.floor(first * 30)
+    assert built_in.floors == () and built_in.pruning_layers(30)[layer].count(8192) == 1024
     tight = LazyConfig(schedule=((0.3, 0.5),), budgets=((0.3, 500),), floors=((0.3, 0.2),))
     assert DERIVED["long"](tight).budgets == ((0.3, 500),)
     late = DERIVED["long"](LazyConfig(schedule=((0.5, 1.0), (0.6, 0.5))))
