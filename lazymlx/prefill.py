@@ -165,7 +165,8 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
             continue
         own = positions.size - revived
         recent = max(1, config.keep_last)
-        k = max(keep[layer].count(own), min(own, sinks + recent)) if prune else own
+        least = min(own, sinks + recent)  # the forced ones
+        k = max(keep[layer].count(own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
         adapts = prune and keep[layer].mass > 0  # the count waits for the attention
         if k >= own and not adapts and not revived and not backlog:
@@ -180,7 +181,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         forced = (index < sinks) | (index >= own - recent)
         if adapts:
             held = _holding(rows()[-own:], forced, keep[layer].mass)
-            k = max(keep[layer].count(own, held), min(own, sinks + recent))
+            k = max(keep[layer].count(own, held), least)
         order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
         ranker.keep(kept)
@@ -244,8 +245,10 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     shaped = mx.zeros(scores.shape, mx.float32)
     shaped[order] = ranker.shape(scores[order], aux.ids[rows[order]]).astype(mx.float32)
     context, back = shaped[:split], shaped[split : split + revived]
-    forced = (rows < ranker.config.keep_first) | (rows >= end - max(1, ranker.config.keep_last))
-    held = _holding(scores, forced, keep.mass) if keep.mass else None
+    held = None
+    if keep.mass:  # sinks and the step's recent tokens are forced, as in the step's own ranking
+        forced = (rows < config.keep_first) | (rows >= end - max(1, config.keep_last))
+        held = _holding(scores, forced, keep.mass)
     count = keep.count(cache.rows, held)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
