@@ -25,6 +25,16 @@ Model = Annotated[
     str, typer.Option("--model", "-m", help="Registry name, model directory, .gguf or hub id.")
 ]
 Output = Annotated[str, typer.Option("--output", "-o", help="md (a table), json or csv.")]
+Journal = Annotated[
+    str | None,
+    typer.Option("--journal", help="Append every record to this JSON-lines file as it comes."),
+]
+Resume = Annotated[
+    bool,
+    typer.Option(
+        "--resume", help="Keep the --journal's records and run only the cases not in it yet."
+    ),
+]
 
 
 def _presets(text: str) -> list[str]:
@@ -169,10 +179,8 @@ def evaluate(
             "--baselines", help="Baseline cache file to read and add to (default: yours)."
         ),
     ] = None,
-    journal: Annotated[
-        str | None,
-        typer.Option("--journal", help="Append every record to this JSON-lines file as it comes."),
-    ] = None,
+    journal: Journal = None,
+    resume: Resume = False,
     records: Annotated[
         str | None,
         typer.Option(
@@ -190,7 +198,9 @@ def evaluate(
         _emit_eval(output, *_recorded_eval(records))
         return
     strategies = [strategy(name, model) for name in _presets(lazy)]
-    done, head = _run_suite(model, families, split, lengths, cases, strategies, baselines, journal)
+    done, head = _run_suite(
+        model, families, split, lengths, cases, strategies, baselines, journal, resume
+    )
     _emit_eval(output, head, done)
 
 
@@ -204,18 +214,22 @@ def _emit_eval(output: str, head: dict, records) -> None:
     emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
 
 
-def _run_suite(model, families, split, lengths, cases, strategies, baselines, journal):
+def _run_suite(model, families, split, lengths, cases, strategies, baselines, journal, resume):
     """The baseline (cached) and the strategies on a split's cases; the records and a header."""
     import json
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.families import make_cases, parse_families, suite_counts
+    from lazymlx.evals.runner import case_key, records_as_dicts
     from lazymlx.evals.runner import evaluate as run_eval
-    from lazymlx.evals.runner import records_as_dicts
 
+    if resume and not journal:
+        raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
     names, sizes = parse_families(families), parse_lengths(lengths)
     counts = suite_counts(split, sizes, cases)
+    earlier = _recorded_eval(journal)[1] if resume and Path(journal).exists() else []
+    recorded = {case_key(r, r.mode): r for r in earlier}
     loaded, tokenizer = _load(model)
     suite = make_cases(tokenizer, names, split, counts)
     cache = BaselineCache(loaded, Path(baselines) if baselines else None)
@@ -225,7 +239,8 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
             with open(journal, "a") as log:
                 log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
 
-    runs = len(suite) * len(strategies) + sum(cache.get(c) is None for c in suite)
+    runs = sum(case_key(c, s.mode) not in recorded for c in suite for s in strategies)
+    runs += sum(cache.get(c) is None for c in suite)
     cache.hits = cache.misses = 0
     with run_progress(runs) as advance:
         done = run_eval(
@@ -236,6 +251,7 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
             cache,
             on_run=lambda case, mode: advance(f"{case.family} {case.length} #{case.seed} {mode}"),
             on_record=keep,
+            recorded=recorded,
         )
     head = _header(
         model,
@@ -245,6 +261,7 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
         baselines_cached=cache.hits,
         baselines_run=cache.misses,
         baseline_cache=str(cache.path),
+        resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )
     return done, head
 
@@ -328,10 +345,8 @@ def calibrate(
             "--baselines", help="Baseline cache file to read and add to (default: yours)."
         ),
     ] = None,
-    journal: Annotated[
-        str | None,
-        typer.Option("--journal", help="Append every record to this JSON-lines file as it comes."),
-    ] = None,
+    journal: Journal = None,
+    resume: Resume = False,
     records: Annotated[
         str | None,
         typer.Option(
@@ -353,7 +368,7 @@ def calibrate(
     else:
         strategies = candidate_strategies(resolve_preset("default", model))
         recorded, head = _run_suite(
-            model, families, "calibration", lengths, cases, strategies, baselines, journal
+            model, families, "calibration", lengths, cases, strategies, baselines, journal, resume
         )
     result = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}

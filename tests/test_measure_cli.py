@@ -124,6 +124,35 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
     assert "| family " in table and "kept [95% CI]" in table
 
 
+def test_eval_resume_runs_only_what_the_journal_lacks(tiny_model_dir: Path, tmp_path, capsys):
+    cache, journal = tmp_path / "baselines.json", tmp_path / "records.jsonl"
+
+    def run(cases: str, lazy: str) -> dict:
+        args = [
+            "eval", "-m", str(tiny_model_dir), "--families", "passkey,code", "--lengths", "1000",
+            "--cases", cases, "--lazy", lazy, "--baselines", str(cache), "--journal",
+            str(journal), "--resume", "--output", "json",
+        ]  # fmt: skip
+        return json.loads(invoke(*args))
+
+    first = run("1", "off")  # an interrupted run: one case a family
+    assert first["resumed"] == 0 and first["baselines_run"] == 2
+    later = run("2", "off,random")  # goes on: a second case a family, and another preset
+    assert later["resumed"] == 4 and later["baselines_run"] == 2 and later["baselines_cached"] == 2
+    assert len(later["cases"]) == 12  # 4 cases x (baseline, off, random)
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
+    keys = [(r["family"], r["seed"], r["mode"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 12  # nothing written twice
+    assert run("2", "off,random")["resumed"] == 12  # all done: nothing runs
+    assert len(journal.read_text().splitlines()) == 12
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "-m", str(tiny_model_dir), "--resume"])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: --resume needs --journal FILE: the journal of the run to go on with"
+    )
+
+
 def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     tiny_model_dir: Path, tmp_path: Path
 ):

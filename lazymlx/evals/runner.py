@@ -11,7 +11,7 @@ costs only its own side.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -176,14 +176,25 @@ def evaluate(
     baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
+    recorded: Mapping[RecordKey, Record] | None = None,
 ) -> list[Record]:
     """The baseline (from the cache, or run and cached) and each strategy on every case.
 
     A TTFT speedup is a ratio within one run: where the baseline came from the cache (another
-    run, maybe another machine) its TTFT is not used (baseline_ttft_s None).
+    run, maybe another machine) its TTFT is not used (baseline_ttft_s None). Records already in
+    `recorded` (an interrupted run's journal) are returned as they are, not run or reported again.
     """
+    recorded = recorded or {}
     records = []
     for case in cases:
+        earlier = [
+            r for mode in (BASELINE, *(s.mode for s in strategies))
+            if (r := recorded.get(case_key(case, mode))) is not None
+        ]  # fmt: skip
+        records += earlier
+        todo = [s for s in strategies if case_key(case, s.mode) not in recorded]
+        if not todo and case_key(case, BASELINE) in recorded:
+            continue
         baseline = baselines.get(case)
         fresh = baseline is None
         if fresh:
@@ -191,8 +202,10 @@ def evaluate(
                 on_run(case, BASELINE)
             baseline = run_case(model, tokenizer, case, None)
             baselines.put(case, baseline)
-        mine = [_record(case, BASELINE, baseline, baseline, fresh)]
-        for strategy in strategies:
+        mine = []
+        if case_key(case, BASELINE) not in recorded:
+            mine.append(_record(case, BASELINE, baseline, baseline, fresh))
+        for strategy in todo:
             if on_run:
                 on_run(case, strategy.mode)
             outcome = run_case(model, tokenizer, case, strategy.config)
@@ -202,6 +215,14 @@ def evaluate(
                 on_record(record)
         records += mine
     return records
+
+
+RecordKey = tuple[str, str, int, int, str]
+
+
+def case_key(case: Case | Record, mode: str) -> RecordKey:
+    """What names one case under one strategy across runs (a journal's rows are keyed by it)."""
+    return (case.family, case.split, case.length, case.seed, mode)
 
 
 def records_as_dicts(records: list[Record]) -> list[dict]:
