@@ -48,6 +48,8 @@ study --study fourteenth --lengths 1k --journal $results/studies/fourteenth_1k_4
 study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --lengths 2k,4k \
   --journal $results/studies/fourteenth_1k_4k.jsonl
 study --study fifteenth --lengths 1k --journal $results/studies/fifteenth_1k.jsonl  # stopped after 13 cases
+study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
+  --journal $results/studies/sixteenth_1k.jsonl
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v twelfth) \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
@@ -63,6 +65,9 @@ validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baseline
 validate --lengths 1k --lazy default,fast
 validate --lengths 2k --cases 2 --lazy default,fast
 validate --lengths 4k --cases 1 --lazy default,fast
+# then the rest of the suite's 2k and 4k cases (4 and 2 a family), going on from the journal
+validate --lengths 2k --lazy default,fast --resume
+validate --lengths 4k --lazy default,fast --resume
 # at 8k the superseded default ran 8 families chosen before any result (passkey, lookalike,
 # needle-man, json, kept, followup, code, chat); stock answered only the passkey right, the one
 # case that can count as kept, so the current default ran that one (an 8k case takes 3 minutes)
