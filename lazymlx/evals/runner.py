@@ -168,6 +168,14 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
     )
 
 
+RecordKey = tuple[str, str, int, int, str]
+
+
+def case_key(case: Case | Record, mode: str) -> RecordKey:
+    """What names one case under one strategy across runs (a journal's rows are keyed by it)."""
+    return (case.family, case.split, case.length, case.seed, mode)
+
+
 def evaluate(
     model: nn.Module,
     tokenizer: TokenizerWrapper,
@@ -215,14 +223,6 @@ def evaluate(
                 on_record(record)
         records += mine
     return records
-
-
-RecordKey = tuple[str, str, int, int, str]
-
-
-def case_key(case: Case | Record, mode: str) -> RecordKey:
-    """What names one case under one strategy across runs (a journal's rows are keyed by it)."""
-    return (case.family, case.split, case.length, case.seed, mode)
 
 
 def records_as_dicts(records: list[Record]) -> list[dict]:
