@@ -50,6 +50,8 @@ study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --length
 study --study fifteenth --lengths 1k --journal $results/studies/fifteenth_1k.jsonl  # stopped after 13 cases
 study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
   --journal $results/studies/sixteenth_1k.jsonl
+.venv/bin/python benchmarks/diagnose.py --cases twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:1 \
+  --lazy default --output $results/studies/diagnose_twohop_1k.json
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
