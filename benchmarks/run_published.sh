@@ -42,7 +42,7 @@ study --study tenth --lengths 1k --journal $results/studies/tenth_1k.jsonl  # st
 study --study eleventh --lengths 1k,2k,4k --journal $results/studies/eleventh_1k_4k.jsonl
 .venv/bin/python benchmarks/study.py --study twelfth --lengths 1k,2k --families chat,freeform-chat \
   --journal $results/studies/twelfth_1k_2k.jsonl
-# (the twelfth scored 4 chat answers only, the sixteenth five families: no point on a frontier of every family)
+# (the twelfth scored 4 chat answers only, the sixteenth and seventeenth five families: no point on a frontier of every family)
 study --study thirteenth --lengths 1k,2k,4k --journal $results/studies/thirteenth_1k_4k.jsonl  # stopped in 2k
 study --study fourteenth --lengths 1k --journal $results/studies/fourteenth_1k_4k.jsonl
 study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --lengths 2k,4k \
@@ -52,7 +52,9 @@ study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json
   --journal $results/studies/sixteenth_1k.jsonl
 .venv/bin/python benchmarks/diagnose.py --cases twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:1 \
   --lazy default --output $results/studies/diagnose_twohop_1k.json
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth') \
+study --study seventeenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
+  --journal $results/studies/seventeenth_1k.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the

@@ -206,6 +206,11 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
             (0.57, 0.4), decode="sparse", past_template=True
         ),
     },
+    # the sixteenth's lost two-hops kept every fact whole and moved anyway after the cut: the
+    # default with decode revival (the first answer tokens bring back what they attend to)
+    "seventeenth": {
+        "0.3@57%, revive, past template (0.70)": schedule((0.57, 0.3), past_template=True),
+    },
 }
 
 
