@@ -15,6 +15,7 @@ import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
 
 # isort: split
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,13 @@ from lazymlx.cli.app import load_model
 from lazymlx.config import LazyConfig
 from lazymlx.evals.baselines import PACKAGED, BaselineCache
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
-from lazymlx.evals.runner import evaluate, records_as_dicts, run_case
+from lazymlx.evals.runner import (
+    case_key,
+    evaluate,
+    records_as_dicts,
+    records_from_dicts,
+    run_case,
+)
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
 
@@ -240,6 +247,11 @@ def main() -> None:
         "a case's baseline runs first where it is not cached",
     )
     parser.add_argument("--journal", required=True)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the journal's records and run only the (case, config) pairs it lacks",
+    )
     args = parser.parse_args()
     configs = STUDIES[args.study]
     if args.only:
@@ -252,10 +264,11 @@ def main() -> None:
         cases = [c for c in cases if c.correct(baseline(model, tokenizer, c, cache).text)]
     journal = Path(args.journal)
     journal.parent.mkdir(parents=True, exist_ok=True)
+    earlier = []
+    if args.resume and journal.exists():
+        earlier = records_from_dicts([json.loads(line) for line in journal.open() if line.strip()])
 
     def write(record) -> None:
-        import json
-
         with journal.open("a") as file:
             file.write(json.dumps(records_as_dicts([record])[0]) + "\n")
 
@@ -269,6 +282,7 @@ def main() -> None:
             f"{case.family} {case.length} #{case.seed} {mode}", flush=True
         ),
         on_record=write,
+        recorded={case_key(r, r.mode): r for r in earlier},
     )
 
 
