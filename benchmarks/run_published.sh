@@ -42,7 +42,7 @@ study --study tenth --lengths 1k --journal $results/studies/tenth_1k.jsonl  # st
 study --study eleventh --lengths 1k,2k,4k --journal $results/studies/eleventh_1k_4k.jsonl
 .venv/bin/python benchmarks/study.py --study twelfth --lengths 1k,2k --families chat,freeform-chat \
   --journal $results/studies/twelfth_1k_2k.jsonl
-# (the twelfth scored 4 chat answers only, the sixteenth and seventeenth five families: no point on a frontier of every family)
+# (the twelfth scored 4 chat answers only, the sixteenth and the seventeenth's first run five families: no point on a frontier of every family)
 study --study thirteenth --lengths 1k,2k,4k --journal $results/studies/thirteenth_1k_4k.jsonl  # stopped in 2k
 study --study fourteenth --lengths 1k --journal $results/studies/fourteenth_1k_4k.jsonl
 study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --lengths 2k,4k \
@@ -51,10 +51,15 @@ study --study fifteenth --lengths 1k --journal $results/studies/fifteenth_1k.jso
 study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
   --journal $results/studies/sixteenth_1k.jsonl
 .venv/bin/python benchmarks/diagnose.py --cases twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:1 \
-  --lazy default --output $results/studies/diagnose_twohop_1k.json
+  --lazy sparse --output $results/studies/diagnose_twohop_1k.json
 study --study seventeenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
   --journal $results/studies/seventeenth_1k.jsonl
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth') \
+# then every family: the eight not widened at 1k, and all at 2k and 4k (the default since)
+study --study seventeenth --lengths 1k \
+  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+  --journal $results/studies/seventeenth_1k_4k.jsonl
+study --study seventeenth --lengths 2k,4k --journal $results/studies/seventeenth_1k_4k.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
@@ -64,6 +69,9 @@ study --study seventeenth --lengths 1k --cases 12 --families lookalike,twohop,js
 #    moved to validation_superseded_default.jsonl when 0.3@57% replaced it, and the new
 #    default ran over the cached baselines (so the TTFT ratios come from step 3). `fast`'s chat
 #    rows were run again when past_template joined the presets (it changes chat turns only).
+#    When decode revival joined the default (seventeenth study), the sparse default's rows (with
+#    the baselines) moved to validation_round3_sparse_default.jsonl and the default ran again
+#    over the cached baselines, each length with --resume.
 validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines.json \
   --journal $results/eval/validation.jsonl --output json "$@" > /dev/null; }
 validate --lengths 1k --lazy default,fast
@@ -80,12 +88,13 @@ validate --lengths 8k --cases 1 --families passkey --lazy default
 .venv/bin/python benchmarks/tables.py families $results/eval/validation.jsonl
 
 # 3. Speed, memory and the answer at the shipped presets, against stock mlx-lm in one run.
-$lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k.json
+$lazymlx bench --prompt-len 2k --lazy default,fast,sparse --gen-len 64 --repeats 2 --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k.json
 .venv/bin/python benchmarks/tables.py bench $results/bench_2k.json $results/bench_8k.json
 
 # 4. Tensor parallelism over 3 local ranks (ring backend over loopback).
-.venv/bin/python benchmarks/distributed.py --prompt-len 2k --groups 1,3 --output $results/distributed_2k.json
+.venv/bin/python benchmarks/distributed.py --prompt-len 2k --groups 1,3 --gen-len 8 --short 4 --short-tokens 8 \
+  --output $results/distributed_2k.json
 
 # 5. OpenBLAS against MLX's bundled BLAS (stock mlx-lm only; measured once, engine-independent).
 .venv/bin/python benchmarks/ttft_blas.py --prompt-len 1024 > $results/ttft_blas_1024.json

@@ -64,7 +64,7 @@ def preset_names(model: str) -> list[str]:
 def resolve_preset(name: str, model: str) -> LazyConfig:
     """A preset for this model: its calibrated ones first, then the built-in ones.
 
-    The presets derived from `default` (revive, paper, long, static, random) follow the model's
+    The presets derived from `default` (sparse, paper, long, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
     are compared to.
     """

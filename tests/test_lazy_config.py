@@ -118,7 +118,9 @@ def scheduled_work(config: LazyConfig, tokens: int = 1000, layers: int = 30) -> 
     return work
 
 
-def test_fast_computes_less_than_the_default_with_the_same_scoring_and_decode():
+def test_fast_computes_less_than_the_default_with_the_same_scoring():
     default, fast = LazyConfig.preset("default"), LazyConfig.preset("fast")
     assert scheduled_work(fast) < scheduled_work(default) < scheduled_work(LazyConfig())
-    assert replace(fast, schedule=default.schedule) == default  # the same scoring and decode
+    # the same scoring; decode as each was validated (fast sparse, the default revives)
+    assert (default.decode, fast.decode) == ("revive", "sparse")
+    assert replace(fast, schedule=default.schedule, decode="revive") == default

@@ -34,8 +34,9 @@ def test_builtin_presets_and_the_comparison_strategies():
         variant = resolve_preset(selection, "any-model")
         assert variant.schedule == default.schedule
         assert variant.selection == selection and variant.decode == "sparse"
-    revive = resolve_preset("revive", "any-model")
-    assert revive.schedule == default.schedule and revive.decode == "revive"
+    sparse = resolve_preset("sparse", "any-model")
+    assert sparse.schedule == default.schedule and sparse.decode == "sparse"
+    assert default.decode == "revive"
     fast = resolve_preset("fast", "any-model")  # built in, not derived: the calibrated trade
     assert fast == PRESETS["fast"] and fast.prunes
 
@@ -66,7 +67,7 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 def test_preset_errors():
     with pytest.raises(
-        LazymlxError, match="choose one of: off, default, fast, revive, paper, long, static, random"
+        LazymlxError, match="choose one of: off, default, fast, sparse, paper, long, static, random"
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
