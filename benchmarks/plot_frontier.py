@@ -12,7 +12,6 @@ the share of the baseline's right answers it kept (y), with the 95% interval. Ne
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -20,15 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lazymlx.evals.runner import Record, records_from_dicts  # noqa: E402
+from lazymlx.evals.runner import read_records  # noqa: E402
 from lazymlx.evals.summary import ALL, summarize  # noqa: E402
-
-
-def read(path: Path) -> list[Record]:
-    text = path.read_text()
-    if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
-        return records_from_dicts(json.loads(text)["cases"])
-    return records_from_dicts([json.loads(line) for line in text.splitlines() if line.strip()])
 
 
 def main() -> None:
@@ -37,7 +29,7 @@ def main() -> None:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--title", default="SmolLM2-135M, calibration cases")
     args = parser.parse_args()
-    records = [r for path in args.records for r in read(path) if r.mode != "baseline"]
+    records = [r for path in args.records for r in read_records(path)[1] if r.mode != "baseline"]
     rows = [r for r in summarize(records) if r["family"] == ALL and r["kept_share"] is not None]
     lengths = sorted({r["length"] for r in rows}, key=lambda v: (v == ALL, v))
     figure, axes = plt.subplots(

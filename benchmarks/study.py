@@ -23,13 +23,7 @@ from lazymlx.cli.app import load_model
 from lazymlx.config import LazyConfig
 from lazymlx.evals.baselines import PACKAGED, BaselineCache
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
-from lazymlx.evals.runner import (
-    case_key,
-    evaluate,
-    records_as_dicts,
-    records_from_dicts,
-    run_case,
-)
+from lazymlx.evals.runner import case_key, evaluate, read_records, records_as_dicts, run_case
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
 
@@ -264,9 +258,7 @@ def main() -> None:
         cases = [c for c in cases if c.correct(baseline(model, tokenizer, c, cache).text)]
     journal = Path(args.journal)
     journal.parent.mkdir(parents=True, exist_ok=True)
-    earlier = []
-    if args.resume and journal.exists():
-        earlier = records_from_dicts([json.loads(line) for line in journal.open() if line.strip()])
+    earlier = read_records(journal)[1] if args.resume and journal.exists() else []
 
     def write(record) -> None:
         with journal.open("a") as file:

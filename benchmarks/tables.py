@@ -11,24 +11,18 @@ import argparse
 import json
 from pathlib import Path
 
-from lazymlx.evals.runner import Record, records_from_dicts
+from lazymlx.evals.runner import Record, read_records
 from lazymlx.evals.summary import ALL, summarize
 
 
 def records(paths: list[Path]) -> list[Record]:
     """Each case's row for a mode once, the first: a run over cached baselines writes the
     baseline's row again, and the first is the one timed beside the presets it ran with."""
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple, Record] = {}
     for path in paths:
-        text = path.read_text()
-        if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
-            found = json.loads(text)["cases"]
-        else:
-            found = [json.loads(x) for x in text.splitlines() if x.strip()]
-        for row in found:
-            key = (row["mode"], row["split"], row["family"], row["length"], row["seed"])
-            rows.setdefault(key, row)
-    return records_from_dicts(list(rows.values()))
+        for r in read_records(path)[1]:
+            rows.setdefault((r.mode, r.split, r.family, r.length, r.seed), r)
+    return list(rows.values())
 
 
 def kept(row: dict) -> str:

@@ -191,11 +191,12 @@ def evaluate(
     output: Output = "md",
 ) -> None:
     """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
+    from lazymlx.evals.runner import read_records
     from lazymlx.measure import strategy
 
     check_format(output)
     if records is not None:
-        _emit_eval(output, *_recorded_eval(records))
+        _emit_eval(output, *read_records(records))
         return
     strategies = [strategy(name, model) for name in _presets(lazy)]
     done, head = _run_suite(
@@ -221,14 +222,14 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
 
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.families import make_cases, parse_families, suite_counts
-    from lazymlx.evals.runner import case_key, records_as_dicts
+    from lazymlx.evals.runner import case_key, read_records, records_as_dicts
     from lazymlx.evals.runner import evaluate as run_eval
 
     if resume and not journal:
         raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
     names, sizes = parse_families(families), parse_lengths(lengths)
     counts = suite_counts(split, sizes, cases)
-    earlier = _recorded_eval(journal)[1] if resume and Path(journal).exists() else []
+    earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
     recorded = {case_key(r, r.mode): r for r in earlier}
     loaded, tokenizer = _load(model)
     suite = make_cases(tokenizer, names, split, counts)
@@ -264,28 +265,6 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
         resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )
     return done, head
-
-
-def _recorded_eval(path: str):
-    """The header and records of an earlier eval's JSON output or journal."""
-    import json
-    from pathlib import Path
-
-    from lazymlx.evals.runner import records_from_dicts
-
-    try:
-        text = Path(path).read_text()
-        if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
-            earlier = json.loads(text)
-            head = {k: v for k, v in earlier.items() if k not in ("rows", "cases")}
-            return head, records_from_dicts(earlier["cases"])
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return {"records": path}, records_from_dicts(rows)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise LazymlxError(
-            f"cannot read eval records from {path} ({error}); pass the JSON that "
-            "`lazymlx eval --output json` printed or a --journal file"
-        ) from error
 
 
 def _share(value: float | None) -> str:
@@ -358,13 +337,13 @@ def calibrate(
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers."""
     from lazymlx.calibrate import Bar, candidate_strategies, choose
-    from lazymlx.evals.runner import records_as_dicts
+    from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.presets import resolve_preset, save_preset
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)
     if records is not None:
-        head, recorded = _recorded_eval(records)
+        head, recorded = read_records(records)
     else:
         strategies = candidate_strategies(resolve_preset("default", model))
         recorded, head = _run_suite(

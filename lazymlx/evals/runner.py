@@ -10,6 +10,7 @@ costs only its own side.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
+from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.scoring import common_prefix
@@ -231,3 +233,20 @@ def records_as_dicts(records: list[Record]) -> list[dict]:
 
 def records_from_dicts(rows: list[dict]) -> list[Record]:
     return [Record(**row) for row in rows]
+
+
+def read_records(path: str | Path) -> tuple[dict, list[Record]]:
+    """The header and records of an earlier eval's JSON output or a journal (one record a line)."""
+    try:
+        text = Path(path).read_text()
+        if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
+            earlier = json.loads(text)
+            head = {k: v for k, v in earlier.items() if k not in ("rows", "cases")}
+            return head, records_from_dicts(earlier["cases"])
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return {"records": str(path)}, records_from_dicts(rows)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise LazymlxError(
+            f"cannot read eval records from {path} ({error}); pass the JSON that "
+            "`lazymlx eval --output json` printed or a --journal file"
+        ) from error
