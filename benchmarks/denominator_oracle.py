@@ -1,0 +1,125 @@
+"""Is it the thinned softmax that moves an answer after a prune? An oracle test, calibration only.
+
+After a prune at layer L, deeper layers attend over the kept rows only: the attention the dropped
+tokens held there goes to the kept ones, and the sixteenth study found two-hop answers changed
+though every fact went through whole. This runs each case three ways with every token computed
+at every layer (so it is an oracle, not an engine), using the depths the preset's prompt step
+gave each token (`depth`: the layers that hold its KV):
+- "removed": at a layer at or past its depth, a token is masked out of every query's attention,
+  as the engine does. It checks this script: its answer should be the preset's (sparse decode);
+- "denominator": such a token keeps its logit in the softmax's denominator but its value is
+  zeroed (it adds nothing but weight), the best a stand-in for the dropped tokens' share
+  could do if it knew their logits;
+- "kept": nothing masked, keep-all (the baseline's answer; checks the loop once more).
+If "denominator" keeps the answers "removed" loses, the lead (a stand-in for the dropped
+tokens' share of the denominator in deeper layers) is worth building; if not, it is not.
+
+    .venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5 \\
+        --lazy sparse --output benchmarks/results/studies/denominator_oracle_1k.json
+"""
+
+from __future__ import annotations
+
+import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
+
+# isort: split
+import argparse
+import json
+
+import mlx.core as mx
+
+from lazymlx.bench import header
+from lazymlx.blocks import rope_at
+from lazymlx.cache import LazyState
+from lazymlx.cli.app import load_model
+from lazymlx.evals.families import make_case, parse_families
+from lazymlx.generation import encode_prompt
+from lazymlx.lengths import parse_lengths
+from lazymlx.prefill import prompt_step
+from lazymlx.presets import resolve_preset
+from lazymlx.segments import segment_ends
+
+MODES = ("removed", "denominator", "kept")
+
+
+def oracle_generate(model, prompt: list[int], depth: mx.array, mode: str, max_tokens: int):
+    """Greedy tokens with every token through every layer, a row's attention at layers past its
+    depth removed, reduced to its denominator share, or kept, by `mode`."""
+    state = LazyState(model)  # only for its adapter
+    adapter = state.adapter
+    keys: list[mx.array | None] = [None] * len(adapter.layers)
+    values: list[mx.array | None] = [None] * len(adapter.layers)
+    depths = depth.astype(mx.int32)
+    tokens, out = mx.array(prompt), []
+    start = 0
+    for _ in range(max_tokens):
+        count = tokens.size
+        positions = mx.arange(start, start + count, dtype=mx.int32)
+        h = adapter.embed(tokens[None])
+        for layer, block in enumerate(adapter.layers):
+            attn = block.self_attn
+            q, k, v = adapter.queries_keys_values(attn, block.input_layernorm(h))
+            q, k = rope_at(attn.rope, q, positions, start), rope_at(attn.rope, k, positions, start)
+            keys[layer] = k if keys[layer] is None else mx.concatenate([keys[layer], k], axis=2)
+            values[layer] = v if values[layer] is None else mx.concatenate([values[layer], v], 2)
+            rows = keys[layer].shape[2]
+            here = depths[:rows] > layer  # rows that hold KV at this layer in the engine
+            vals = values[layer]
+            causal = mx.arange(rows)[None] <= positions[:, None]
+            allowed = causal
+            if mode == "removed":
+                allowed = causal & (here[None] | (mx.arange(rows)[None] == positions[:, None]))
+            elif mode == "denominator":
+                vals = vals * here[None, None, :, None].astype(vals.dtype)
+            heads, kv = q.shape[1], keys[layer].shape[1]
+            grouped = q[0].reshape(kv, heads // kv, count, -1).astype(mx.float32)
+            logits = (grouped * attn.scale) @ keys[layer][0].astype(mx.float32).swapaxes(-1, -2)[
+                :, None
+            ]
+            logits = mx.where(allowed, logits, -mx.inf)
+            probs = mx.softmax(logits, axis=-1, precise=True)
+            mixed = probs @ vals[0].astype(mx.float32)[:, None]  # (kv, group, count, dim)
+            mixed = mixed.reshape(heads, count, -1)[None].astype(h.dtype)
+            h = h + attn.o_proj(mixed.transpose(0, 2, 1, 3).reshape(1, count, -1))
+            h = h + block.mlp(block.post_attention_layernorm(h))
+            mx.eval(h, keys[layer], values[layer])
+        token = int(mx.argmax(adapter.logits(h[:, -1:])[0, -1]).item())
+        out.append(token)
+        depths = mx.concatenate([depths, mx.array([len(adapter.layers)], mx.int32)])
+        start += count
+        tokens = mx.array([token])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--cases", required=True, help="family:length:seed,...")
+    parser.add_argument("--lazy", default="sparse")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    model, tokenizer = load_model(args.model)
+    config = resolve_preset(args.lazy, args.model)
+    results = []
+    for spec in args.cases.split(","):
+        family, length, seed = spec.split(":")
+        family, length, seed = parse_families(family)[0], parse_lengths(length)[0], int(seed)
+        case = make_case(family, tokenizer, length, seed, "calibration")
+        if case.kind != "raw":
+            raise SystemExit(f"error: {spec} is a {case.kind} case; the oracle runs raw prompts")
+        prompt = encode_prompt(tokenizer, case.segments[0]).tolist()
+        state = LazyState(model)
+        prompt_step(state, mx.array(prompt), config, ends=segment_ends(tokenizer), prune=True)
+        depth = state.aux.depths()
+        row = {"family": family, "length": length, "seed": seed, "gold": case.gold}
+        for mode in MODES:
+            text = tokenizer.decode(oracle_generate(model, prompt, depth, mode, case.max_tokens))
+            row[mode] = {"text": text, "correct": case.correct(text)}
+            print(f"{spec} {mode}: {case.correct(text)} {text!r}", flush=True)
+        results.append(row)
+        with open(args.output, "w") as f:
+            json.dump({"header": header(args.model, lazy=args.lazy), "cases": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
