@@ -87,6 +87,8 @@ validate --lengths 4k --lazy default,fast --resume
 # needle-man, json, kept, followup, code, chat); stock answered only the passkey right, the one
 # case that can count as kept, so the current default ran that one (an 8k case takes 3 minutes)
 validate --lengths 8k --cases 1 --families passkey --lazy default
+# then a second 8k passkey (key at 30% depth), with fast on both
+validate --lengths 8k --cases 2 --families passkey --lazy default,fast --resume
 # the five families with the fewest baseline-right answers (1-3 each) widened at 1k to 12 cases
 # a family, as the sixteenth study widened them on calibration: the >= 90% per-family bar can't
 # be judged on 1-3 answers (decided before any widened row was seen; no knob moved after)
