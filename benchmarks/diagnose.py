@@ -77,7 +77,9 @@ def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[lis
         h, observed = _layer(
             state, layer, block, h, positions, 0, 0, PREFILL_CHUNK, False, config.window
         )
-        scores = ranker.shape(ranker.rows(observed, state[layer], block.self_attn.scale), tokens)
+        scores = ranker.shape(
+            ranker.rows(observed, state[layer], block.self_attn.scale, layer), tokens
+        )
         shares.append([round(needed_share(scores, rows), 3) for rows in pieces])
         mx.eval(h)
     return shares

@@ -62,6 +62,11 @@ study --study seventeenth --lengths 2k,4k --journal $results/studies/seventeenth
 # the eighteenth: an oracle for the sixteenth's first lead (the dropped tokens' softmax share)
 .venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8 \
   --lazy sparse --output $results/studies/denominator_oracle_1k.json
+# the nineteenth: retrieval heads (which heads rank the asked fact highest), then fast with the one found
+.venv/bin/python benchmarks/head_ranks.py --lengths 1k --seeds 0,1,2,3 --lazy default \
+  --output $results/studies/head_ranks_1k.json
+study --study nineteenth --lengths 1k --journal $results/studies/nineteenth_1k.jsonl
+study --study nineteenth --lengths 2k --journal $results/studies/nineteenth_2k.jsonl
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 

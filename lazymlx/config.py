@@ -83,6 +83,11 @@ class LazyConfig:
         every `segments` tokens; lazymlx/segments.py) before pooling, so a fact is kept or
         dropped whole: its key goes on with its value.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
+    retrieval_heads: (layer, query heads) pairs: at that pruning layer (an index, not a depth)
+        tokens are scored by the mean attention of those heads alone (numbered over the model's
+        query heads), in the prompt step and in decode revival. Heads that copy what a question
+        asks for rank its answer higher than all heads together (benchmarks/head_ranks.py finds
+        them); their numbers belong to one model, so they belong in its calibrated preset.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
@@ -110,6 +115,7 @@ class LazyConfig:
     pool: int = 0
     segments: int = 0
     heads: str = "mean"
+    retrieval_heads: tuple[tuple[int, tuple[int, ...]], ...] = ()
     decode: str = "sparse"
     revive: int = 16
     revive_steps: int | None = 8
@@ -165,6 +171,7 @@ class LazyConfig:
             raise LazymlxError(
                 f"unknown head reduction {self.heads!r}; choose one of: {', '.join(HEAD_REDUCTIONS)}"
             )
+        retrieval = _retrieval_heads(self.retrieval_heads)
         if self.revive < 0:
             raise LazymlxError(f"revive must be >= 0, got {self.revive}")
         if self.min_prompt < 0:
@@ -181,12 +188,17 @@ class LazyConfig:
         object.__setattr__(self, "budgets", budgets)
         object.__setattr__(self, "masses", masses)
         object.__setattr__(self, "floors", floors)
+        object.__setattr__(self, "retrieval_heads", retrieval)
 
     @classmethod
     def preset(cls, name: str) -> LazyConfig:
         if name not in PRESETS:
             raise LazymlxError(f"unknown lazy preset {name!r}; choose one of: {', '.join(PRESETS)}")
         return PRESETS[name]
+
+    def heads_at(self, layer: int) -> str | tuple[int, ...]:
+        """How a pruning layer reduces the heads' attention: its retrieval heads, or `heads`."""
+        return dict(self.retrieval_heads).get(layer, self.heads)
 
     @property
     def prunes(self) -> bool:
@@ -237,12 +249,20 @@ class LazyConfig:
         if self.min_prompt:
             sinks += f", prompts under {self.min_prompt} tokens whole"
         ranked = "" if self.selection == "attention" else f", {self.selection} selection"
-        shaped = self.window > 1 or self.pool or self.segments or self.heads != "mean"
+        shaped = (
+            self.window > 1
+            or self.pool
+            or self.segments
+            or self.heads != "mean"
+            or self.retrieval_heads
+        )
         if self.selection != "random" and shaped:
             ranked += f", scored by the last {self.window} token(s)"
             if self.past_template:
                 ranked += " of the user's text"
             ranked += f" ({self.heads} over heads"
+            for layer, heads in self.retrieval_heads:
+                ranked += f", at layer {layer} heads {', '.join(map(str, heads))} only"
             if self.segments:
                 ranked += f", whole sentences and lines of up to {self.segments} tokens"
             if self.pool:
@@ -269,6 +289,26 @@ def _check_depth(depth: float, name: str) -> None:
 def _check_ratio(ratio: float, name: str) -> None:
     if not 0 < ratio <= 1:
         raise LazymlxError(f"{name} ratio must be in (0, 1], got {ratio}")
+
+
+def _retrieval_heads(value) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(layer, heads) pairs, sorted, each head list sorted and non-empty; else a clear error."""
+    try:
+        pairs = tuple(
+            sorted(
+                (int(layer), tuple(sorted({int(head) for head in heads}))) for layer, heads in value
+            )
+        )
+    except (TypeError, ValueError):
+        raise LazymlxError(
+            f"retrieval_heads must be a list of (layer, [query heads]) pairs, got {value!r}"
+        ) from None
+    for layer, heads in pairs:
+        if layer < 0 or not heads or heads[0] < 0:
+            raise LazymlxError(
+                f"retrieval_heads needs a layer >= 0 and at least one head >= 0, got {layer}: {list(heads)}"
+            )
+    return pairs
 
 
 def _pairs(value, kind, name: str, shape: str) -> tuple:
@@ -329,7 +369,14 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda default: replace(default, decode="sparse"),
     # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
     "paper": lambda default: replace(
-        default, window=1, past_template=False, pool=0, segments=0, heads="mean", keep_last=0
+        default,
+        window=1,
+        past_template=False,
+        pool=0,
+        segments=0,
+        heads="mean",
+        retrieval_heads=(),
+        keep_last=0,
     ),
     # at most 1,024 tokens past the first pruning layer, with no floor, so prompts beyond ~2.5k
     # tokens save more the longer they are; faster, and measured to lose answers the default

@@ -166,7 +166,7 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
             continue
         rows = cache.row_positions()
         scores = attention_scores(
-            query, cache.fetch()[0], block.self_attn.scale, heads=config.heads
+            query, cache.fetch()[0], block.self_attn.scale, heads=config.heads_at(layer)
         )
         waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]

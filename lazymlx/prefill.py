@@ -55,12 +55,13 @@ class Ranker:
             scores = segment_max(scores, ends, config.segments)
         return _pooled(scores, config.pool)
 
-    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
+    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float, layer: int) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
         rows = cache.row_positions()
         seen = rows[-observed.shape[2] :]
         mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
-        return attention_scores(observed, cache.fetch()[0], scale, mask, self.config.heads)
+        heads = self.config.heads_at(layer)
+        return attention_scores(observed, cache.fetch()[0], scale, mask, heads)
 
     def own(self, layer: int, rows: Callable[[], mx.array], ids: mx.array) -> mx.array:
         """Shaped scores of the step's own tokens (the layer's last rows; ids: theirs)."""
@@ -172,7 +173,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         if k >= own and not adapts and not revived and not backlog:
             continue
         scale = block.self_attn.scale
-        rows = _Lazy(lambda cache=cache, o=observed, s=scale: ranker.rows(o, cache, s))
+        rows = _Lazy(lambda c=cache, o=observed, s=scale, at=layer: ranker.rows(o, c, s, at))
         aux.make_slots(adapter.hidden_size, state.dtype)
         # the step's own tokens: ranked among themselves
         own_h, own_positions = h[:, revived:], positions[revived:]

@@ -102,6 +102,21 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch, heads):
     assert mx.allclose(reduced, whole, atol=1e-7).item()
 
 
+def test_retrieval_heads_are_numbered_over_every_ranks_heads(monkeypatch):
+    """Heads 1 and 6 of 8: rank 0 holds head 1, rank 1 head 6; their sum over ranks is the mean
+    one process ranks."""
+    queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
+    keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
+    whole = attention_scores(queries, keys, 0.25, heads=(1, 6))
+    sent = []
+    monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
+    for rank in range(2):
+        group = SimpleNamespace(size=lambda: 2, rank=lambda rank=rank: rank)
+        monkeypatch.setattr(distributed, "_group", group)
+        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25, heads=(1, 6))  # fmt: skip
+    assert mx.allclose((sent[0] + sent[1]) / 2, whole, atol=1e-7).item()
+
+
 def test_a_request_reaches_the_other_ranks_as_rank_0_runs_it():
     request = _Request(
         [5, 6, 7],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -199,8 +200,8 @@ def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_mode
     engine_greedy(model, document, 0, config, state)
     assert np.array(state.aux.depths())[dropped] == 2
 
-    def highest_for_dropped(self, observed, cache, scale):
-        scores = original_rows(self, observed, cache, scale)
+    def highest_for_dropped(self, observed, cache, scale, layer):
+        scores = original_rows(self, observed, cache, scale, layer)
         return mx.where(cache.row_positions() == dropped, 1.0, scores)
 
     monkeypatch.setattr(prefill.Ranker, "own", original_own)
@@ -279,6 +280,7 @@ PROPERTY_MODEL = None
     floors=st.lists(st.floats(0.01, 1), max_size=4),  # one per budget or mass, at its depth
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
     heads=st.sampled_from(HEAD_REDUCTIONS),
+    retrieval_heads=st.sampled_from([(), ((1, (3,)),), ((0, (0, 2)), (2, (1,)))]),
     segments=st.sampled_from([0, 3, 16]),
     prompt_revive=st.sampled_from([None, 0, 2]),
 )
@@ -297,6 +299,7 @@ def test_random_schedules_keep_every_invariant(
     floors,
     scoring,
     heads,
+    retrieval_heads,
     segments,
     prompt_revive,
 ):
@@ -317,6 +320,7 @@ def test_random_schedules_keep_every_invariant(
         pool=scoring[1],
         keep_last=scoring[2],
         heads=heads,
+        retrieval_heads=retrieval_heads,
         segments=segments,
         prompt_revive=prompt_revive,
     )
@@ -445,6 +449,35 @@ def scored_calls(monkeypatch) -> list[np.ndarray]:
 
     monkeypatch.setattr(prefill, "attention_scores", recording)
     return calls
+
+
+def test_retrieval_heads_score_a_layer_by_those_heads_alone():
+    queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
+    keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
+    # query head h reads KV head h // 2; one head alone is the mean over that one head
+    alone = [
+        blocks.attention_scores(queries[:, h : h + 1], keys[:, h // 2 : h // 2 + 1], 0.25)
+        for h in range(8)
+    ]
+    chosen = blocks.attention_scores(queries, keys, 0.25, heads=(2, 7))
+    assert mx.allclose(chosen, (alone[2] + alone[7]) / 2, atol=1e-7).item()
+    assert mx.allclose(sum(alone) / 8, blocks.attention_scores(queries, keys, 0.25)).item()
+    with pytest.raises(LazymlxError, match=r"retrieval head 8 does not exist: the model has 8"):
+        blocks.attention_scores(queries, keys, 0.25, heads=(8,))
+
+
+def test_retrieval_heads_rank_only_their_layer(monkeypatch):
+    model = random_model(num_layers=8)
+    chosen = []
+    original = prefill.attention_scores
+    monkeypatch.setattr(
+        prefill,
+        "attention_scores",
+        lambda *args, **kwargs: chosen.append(args[4]) or original(*args, **kwargs),
+    )
+    config = replace(AGGRESSIVE, retrieval_heads=((3, (1, 2)),))
+    engine_greedy(model, random_tokens(120), 2, config)
+    assert chosen == ["mean", (1, 2), "mean"]  # pruning layers 1, 3 and 4
 
 
 def test_static_selection_ranks_once_by_the_first_pruning_layer(monkeypatch):

@@ -37,6 +37,9 @@ from lazymlx.errors import LazymlxError
         ({"pool": -1}, "pool must be >= 0, got -1"),
         ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
         ({"heads": "sum"}, "unknown head reduction 'sum'; choose one of: mean, max"),
+        ({"retrieval_heads": 7}, r"retrieval_heads must be a list of \(layer, \[query heads\]\)"),
+        ({"retrieval_heads": ((7, ()),)}, "needs a layer >= 0 and at least one head >= 0, got 7"),
+        ({"retrieval_heads": ((7, (-1,)),)}, "at least one head >= 0, got 7: \\[-1\\]"),
         ({"selection": "best"}, "unknown selection 'best'; choose one of: attention, static"),
     ],
 )

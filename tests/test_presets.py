@@ -45,7 +45,11 @@ def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
     tuned = LazyConfig(
-        schedule=((0.5, 0.7),), budgets=((0.5, 900),), masses=((0.5, 0.9),), floors=((0.5, 0.3),)
+        schedule=((0.5, 0.7),),
+        budgets=((0.5, 900),),
+        masses=((0.5, 0.9),),
+        floors=((0.5, 0.3),),
+        retrieval_heads=((7, (7, 2)),),  # JSON makes these lists: they must come back equal
     )
     path = save_preset(str(model_dir), "tuned", tuned, {"target": 0.97})
     assert resolve_preset("tuned", str(model_dir)) == tuned
