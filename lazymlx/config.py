@@ -83,11 +83,12 @@ class LazyConfig:
         every `segments` tokens; lazymlx/segments.py) before pooling, so a fact is kept or
         dropped whole: its key goes on with its value.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
-    retrieval_heads: (layer, query heads) pairs: at that pruning layer (an index, not a depth)
-        tokens are scored by the mean attention of those heads alone (numbered over the model's
-        query heads), in the prompt step and in decode revival. Heads that copy what a question
-        asks for rank its answer higher than all heads together (benchmarks/head_ranks.py finds
-        them); their numbers belong to one model, so they belong in its calibrated preset.
+    retrieval_heads: (layer, query heads) pairs: at that pruning layer (an index, not a depth;
+        a layer where nothing is ranked never reads its pair) tokens are scored by the mean
+        attention of those heads alone (numbered over the model's query heads), in the prompt
+        step and in decode revival. Heads that copy what a question asks for rank its answer
+        higher than all heads together (benchmarks/head_ranks.py finds them); their numbers
+        belong to one model, so they belong in its calibrated preset.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
