@@ -99,9 +99,16 @@ def main() -> None:
     config = resolve_preset(args.lazy, args.model)
     num_layers = len(model.layers)
     layers = sorted({int(float(d) * num_layers) for d in args.depths.split(",")})
+    if not all(0 <= layer < num_layers - 1 for layer in layers):
+        raise SystemExit(
+            f"error: --depths must each be in [0, 1): a depth picks one of the {num_layers} layers"
+        )
     ranker = Ranker(config, 0, segment_ends(tokenizer))
-    cases = []  # (family, seed, tokens, asked rows, {layer: (heads, rows) probs})
-    for family, length, seed in chosen_cases(args):
+    cases = []  # (family, length, seed, tokens, asked rows, {layer: (heads, rows) probs})
+    chosen = list(chosen_cases(args))
+    if len({seed % 2 for _, _, seed in chosen}) < 2:
+        raise SystemExit("error: heads are chosen on even seeds and checked on odd ones; give both")
+    for family, length, seed in chosen:
         case = make_case(family, tokenizer, length, seed, "calibration")
         if case.kind != "raw" or not case.planted:
             continue

@@ -12,7 +12,6 @@ import mlx.nn as nn
 
 from lazymlx import distributed
 from lazymlx.cache import LazyKVCache
-from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter
 
 
@@ -111,15 +110,10 @@ def attention_scores(
 
 def _chosen_heads(probs: mx.array, heads: tuple[int, ...], group) -> mx.array:
     """The mean of the chosen query heads' rows of probs (heads, rows). Under tensor parallelism
-    a rank holds query heads rank × n .. rank × n + n - 1; each sums the chosen ones it holds."""
+    a rank holds query heads rank × n .. rank × n + n - 1; each sums the chosen ones it holds.
+    The heads exist: LazyConfig.check_retrieval_heads refused any other before the step."""
     held = probs.shape[0]
     first = 0 if group is None else group.rank() * held
-    total = held if group is None else held * group.size()
-    if max(heads) >= total:
-        raise LazymlxError(
-            f"retrieval head {max(heads)} does not exist: the model has {total} query heads "
-            f"(0-{total - 1}); fix retrieval_heads in the preset"
-        )
     mine = [head - first for head in heads if first <= head < first + held]
     summed = probs[mx.array(mine)].sum(axis=0) if mine else mx.zeros(probs.shape[1:], probs.dtype)
     if group is not None:

@@ -7,7 +7,7 @@ Depths are fractions of the model's layer count so one schedule fits SmolLM2's 3
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -201,6 +201,24 @@ class LazyConfig:
         """How a pruning layer reduces the heads' attention: its retrieval heads, or `heads`."""
         return dict(self.retrieval_heads).get(layer, self.heads)
 
+    def check_retrieval_heads(self, num_layers: int, num_heads: int) -> None:
+        """Refuse retrieval heads a model cannot read, before a step changes anything: a layer
+        where this schedule ranks nothing (the pair would be silently ignored), or a head the
+        model lacks (num_heads: its query heads, over every rank of a group)."""
+        ranking = sorted(self.pruning_layers(num_layers))
+        for layer, heads in self.retrieval_heads:
+            if layer not in ranking:
+                where = ", ".join(map(str, ranking)) or "none"
+                raise LazymlxError(
+                    f"retrieval_heads names layer {layer}, where nothing is ranked: this schedule "
+                    f"ranks at layers {where} of {num_layers}; fix retrieval_heads in the preset"
+                )
+            if heads[-1] >= num_heads:
+                raise LazymlxError(
+                    f"retrieval head {heads[-1]} does not exist: the model has {num_heads} query "
+                    f"heads (0-{num_heads - 1}); fix retrieval_heads in the preset"
+                )
+
     @property
     def prunes(self) -> bool:
         return bool(self.budgets or self.masses) or any(ratio < 1 for _, ratio in self.schedule)
@@ -293,23 +311,41 @@ def _check_ratio(ratio: float, name: str) -> None:
 
 
 def _retrieval_heads(value) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(layer, heads) pairs, sorted, each head list sorted and non-empty; else a clear error."""
+    """(layer, heads) pairs, sorted, each head list sorted and non-empty; else a clear error.
+    Layers and heads must be whole numbers: a string or a mapping would otherwise unpack
+    character by character into other layers than the ones meant."""
+
+    def whole(number: object) -> int:
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError
+        return number
+
+    def listed(items: object) -> object:
+        if isinstance(items, (str, bytes, Mapping)):
+            raise TypeError
+        return items
+
     try:
-        pairs = tuple(
-            sorted(
-                (int(layer), tuple(sorted({int(head) for head in heads}))) for layer, heads in value
-            )
+        pairs = sorted(
+            (whole(layer), tuple(sorted({whole(head) for head in listed(heads)})))
+            for layer, heads in listed(value)
         )
     except (TypeError, ValueError):
         raise LazymlxError(
-            f"retrieval_heads must be a list of (layer, [query heads]) pairs, got {value!r}"
+            f"retrieval_heads must be a list of (layer, [query heads]) pairs of whole numbers, "
+            f"got {value!r}"
         ) from None
+    layers = [layer for layer, _ in pairs]
     for layer, heads in pairs:
         if layer < 0 or not heads or heads[0] < 0:
             raise LazymlxError(
                 f"retrieval_heads needs a layer >= 0 and at least one head >= 0, got {layer}: {list(heads)}"
             )
-    return pairs
+        if layers.count(layer) > 1:
+            raise LazymlxError(
+                f"retrieval_heads names layer {layer} twice; give each layer one list of heads"
+            )
+    return tuple(pairs)
 
 
 def _pairs(value, kind, name: str, shape: str) -> tuple:

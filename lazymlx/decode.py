@@ -25,6 +25,7 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 
+from lazymlx import distributed
 from lazymlx.blocks import attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
@@ -46,6 +47,7 @@ class LazyModel(nn.Module):
         ends: mx.array | None = None,
     ) -> None:
         super().__init__()
+        config.check_retrieval_heads(state.num_layers, state.adapter.num_heads * distributed.size())
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
         self.ends = ends  # which token ids end a segment, for configs keeping whole segments

@@ -102,18 +102,19 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch, heads):
     assert mx.allclose(reduced, whole, atol=1e-7).item()
 
 
-def test_retrieval_heads_are_numbered_over_every_ranks_heads(monkeypatch):
-    """Heads 1 and 6 of 8: rank 0 holds head 1, rank 1 head 6; their sum over ranks is the mean
-    one process ranks."""
+@pytest.mark.parametrize("heads", [(1, 6), (1, 3)], ids=["one on each rank", "both on rank 0"])
+def test_retrieval_heads_are_numbered_over_every_ranks_heads(monkeypatch, heads):
+    """Of 8 heads, rank 0 holds 0-3 and rank 1 holds 4-7; each sends the sum of the chosen ones it
+    holds (zeros if none), and their sum over ranks is the mean one process ranks."""
     queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
     keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
-    whole = attention_scores(queries, keys, 0.25, heads=(1, 6))
+    whole = attention_scores(queries, keys, 0.25, heads=heads)
     sent = []
     monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
     for rank in range(2):
         group = SimpleNamespace(size=lambda: 2, rank=lambda rank=rank: rank)
         monkeypatch.setattr(distributed, "_group", group)
-        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25, heads=(1, 6))  # fmt: skip
+        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25, heads=heads)  # fmt: skip
     assert mx.allclose((sent[0] + sent[1]) / 2, whole, atol=1e-7).item()
 
 

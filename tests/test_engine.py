@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 import lazymlx
-from lazymlx import LazyConfig, LazyState, blocks, prefill
+from lazymlx import LazyConfig, LazyState, blocks, decode, prefill
 from lazymlx.cache import LazyKVCache
 from lazymlx.config import HEAD_REDUCTIONS, SELECTIONS
 from lazymlx.errors import LazymlxError
@@ -280,7 +280,7 @@ PROPERTY_MODEL = None
     floors=st.lists(st.floats(0.01, 1), max_size=4),  # one per budget or mass, at its depth
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2), st.integers(0, 5)),
     heads=st.sampled_from(HEAD_REDUCTIONS),
-    retrieval_heads=st.sampled_from([(), ((1, (3,)),), ((0, (0, 2)), (2, (1,)))]),
+    retrieval_heads=st.sampled_from([(), (3,), (0, 2)]),  # at every other pruning layer
     segments=st.sampled_from([0, 3, 16]),
     prompt_revive=st.sampled_from([None, 0, 2]),
 )
@@ -320,11 +320,12 @@ def test_random_schedules_keep_every_invariant(
         pool=scoring[1],
         keep_last=scoring[2],
         heads=heads,
-        retrieval_heads=retrieval_heads,
         segments=segments,
         prompt_revive=prompt_revive,
     )
     keep = config.pruning_layers(5)
+    if retrieval_heads:
+        config = replace(config, retrieval_heads=[(i, retrieval_heads) for i in sorted(keep)[::2]])
     state = LazyState(PROPERTY_MODEL)
     state.record = []
     for turn in range(turns):
@@ -462,8 +463,38 @@ def test_retrieval_heads_score_a_layer_by_those_heads_alone():
     chosen = blocks.attention_scores(queries, keys, 0.25, heads=(2, 7))
     assert mx.allclose(chosen, (alone[2] + alone[7]) / 2, atol=1e-7).item()
     assert mx.allclose(sum(alone) / 8, blocks.attention_scores(queries, keys, 0.25)).item()
-    with pytest.raises(LazymlxError, match=r"retrieval head 8 does not exist: the model has 8"):
-        blocks.attention_scores(queries, keys, 0.25, heads=(8,))
+
+
+@pytest.mark.parametrize(
+    "retrieval_heads, message",
+    [
+        (((3, (4,)),), r"retrieval head 4 does not exist: the model has 4 query heads \(0-3\)"),
+        (
+            ((2, (0,)),),
+            "names layer 2, where nothing is ranked: this schedule ranks at layers 1, 3",
+        ),
+    ],
+)
+def test_retrieval_heads_the_model_cannot_read_are_refused_before_a_step(retrieval_heads, message):
+    model = random_model(num_layers=8)  # 4 query heads; AGGRESSIVE ranks at layers 1, 3 and 4
+    state = LazyState(model)
+    with pytest.raises(LazymlxError, match=message):
+        engine_greedy(model, random_tokens(120), 2, replace(REVIVING, retrieval_heads=retrieval_heads), state)  # fmt: skip
+    assert state.offset == 0 and state.aux.length == 0  # nothing ran
+
+
+def test_decode_revival_ranks_by_the_retrieval_heads_of_its_layer(monkeypatch):
+    model = random_model(num_layers=8)
+    chosen = []
+    original = decode.attention_scores
+    monkeypatch.setattr(
+        decode,
+        "attention_scores",
+        lambda *args, **kwargs: chosen.append(kwargs["heads"]) or original(*args, **kwargs),
+    )
+    config = replace(REVIVING, revive_steps=1, retrieval_heads=((3, (1, 2)),))
+    engine_greedy(model, random_tokens(120), 3, config)
+    assert chosen == ["mean", (1, 2), "mean"]  # one revival step: pruning layers 1, 3 and 4
 
 
 def test_retrieval_heads_rank_only_their_layer(monkeypatch):
