@@ -84,7 +84,7 @@ class LazyConfig:
         dropped whole: its key goes on with its value.
     heads: how the query heads' attention becomes one score, one of HEAD_REDUCTIONS.
     retrieval_heads: (layer, query heads) pairs: at that pruning layer (an index, not a depth;
-        a layer where nothing is ranked never reads its pair) tokens are scored by the mean
+        a model whose schedule ranks nothing there refuses the pair) tokens are scored by the mean
         attention of those heads alone (numbered over the model's query heads), in the prompt
         step and in decode revival. Heads that copy what a question asks for rank its answer
         higher than all heads together (benchmarks/head_ranks.py finds them); their numbers
