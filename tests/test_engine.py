@@ -483,32 +483,22 @@ def test_retrieval_heads_the_model_cannot_read_are_refused_before_a_step(retriev
     assert state.offset == 0 and state.aux.length == 0  # nothing ran
 
 
-def test_decode_revival_ranks_by_the_retrieval_heads_of_its_layer(monkeypatch):
-    model = random_model(num_layers=8)
+@pytest.mark.parametrize("step", ["prompt", "revival"])
+def test_retrieval_heads_rank_only_their_layer(monkeypatch, step):
+    """The prompt step and a decode revival step each score layer 3 by heads 1 and 2 alone, and
+    the other pruning layers (1 and 4) by all heads."""
+    module, config = (prefill, AGGRESSIVE) if step == "prompt" else (decode, REVIVING)
     chosen = []
-    original = decode.attention_scores
-    monkeypatch.setattr(
-        decode,
-        "attention_scores",
-        lambda *args, **kwargs: chosen.append(kwargs["heads"]) or original(*args, **kwargs),
-    )
-    config = replace(REVIVING, revive_steps=1, retrieval_heads=((3, (1, 2)),))
-    engine_greedy(model, random_tokens(120), 3, config)
-    assert chosen == ["mean", (1, 2), "mean"]  # one revival step: pruning layers 1, 3 and 4
+    original = module.attention_scores
 
+    def recording(*args, **kwargs):
+        chosen.append(kwargs["heads"] if "heads" in kwargs else args[4])
+        return original(*args, **kwargs)
 
-def test_retrieval_heads_rank_only_their_layer(monkeypatch):
-    model = random_model(num_layers=8)
-    chosen = []
-    original = prefill.attention_scores
-    monkeypatch.setattr(
-        prefill,
-        "attention_scores",
-        lambda *args, **kwargs: chosen.append(args[4]) or original(*args, **kwargs),
-    )
-    config = replace(AGGRESSIVE, retrieval_heads=((3, (1, 2)),))
-    engine_greedy(model, random_tokens(120), 2, config)
-    assert chosen == ["mean", (1, 2), "mean"]  # pruning layers 1, 3 and 4
+    monkeypatch.setattr(module, "attention_scores", recording)
+    config = replace(config, revive_steps=1, retrieval_heads=((3, (1, 2)),))
+    engine_greedy(random_model(num_layers=8), random_tokens(120), 3, config)
+    assert chosen == ["mean", (1, 2), "mean"]
 
 
 def test_static_selection_ranks_once_by_the_first_pruning_layer(monkeypatch):
