@@ -22,6 +22,8 @@ import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
 # isort: split
 import argparse
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import mlx.core as mx
 
@@ -64,24 +66,29 @@ def needed_share(scores: mx.array, rows: list[int]) -> float:
     return (max(rank[mx.array(rows)].tolist()) + 1) / scores.size
 
 
-def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[list[int]]):
-    """Per layer, per piece: the share of the prompt a prune there must keep to keep it whole."""
+def keep_all_layers(model, config, prompt: list[int]) -> Iterator[tuple[int, Any, Any, mx.array]]:
+    """A keep-all pass, a layer at a time: (layer, block, its cache, the queries of the last
+    `config.window` tokens, which a prune there would rank by)."""
     state = LazyState(model)
     adapter, tokens = state.adapter, mx.array(prompt)
     state.aux.extend(tokens, depth=state.num_layers)
-    ranker = Ranker(config, 0, segment_ends(tokenizer))
     h = adapter.embed(tokens[None])
     positions = mx.arange(tokens.size, dtype=mx.int32)
-    shares = []
     for layer, block in enumerate(adapter.layers):
         h, observed = _layer(
             state, layer, block, h, positions, 0, 0, PREFILL_CHUNK, False, config.window
         )
-        scores = ranker.shape(
-            ranker.rows(observed, state[layer], block.self_attn.scale, layer), tokens
-        )
-        shares.append([round(needed_share(scores, rows), 3) for rows in pieces])
+        yield layer, block, state[layer], observed
         mx.eval(h)
+
+
+def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[list[int]]):
+    """Per layer, per piece: the share of the prompt a prune there must keep to keep it whole."""
+    ranker, tokens = Ranker(config, 0, segment_ends(tokenizer)), mx.array(prompt)
+    shares = []
+    for layer, block, cache, observed in keep_all_layers(model, config, prompt):
+        scores = ranker.shape(ranker.rows(observed, cache, block.self_attn.scale, layer), tokens)
+        shares.append([round(needed_share(scores, rows), 3) for rows in pieces])
     return shares
 
 

@@ -25,15 +25,14 @@ import json
 import statistics
 
 import mlx.core as mx
-from diagnose import chosen_cases, needed_share, piece_rows
+from diagnose import chosen_cases, keep_all_layers, needed_share, piece_rows
 
 from lazymlx.bench import header
 from lazymlx.blocks import attention_scores
-from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
 from lazymlx.evals.families import make_case
 from lazymlx.generation import encode_prompt
-from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer
+from lazymlx.prefill import Ranker
 from lazymlx.presets import resolve_preset
 from lazymlx.segments import segment_ends
 
@@ -41,38 +40,25 @@ COUNTS = (1, 2, 3)  # how many heads a layer's choice keeps
 
 
 def head_probs(observed: mx.array, cache, scale: float) -> mx.array:
-    """(heads, rows): each query head's attention from the observing tokens, as the pruning score
-    (blocks.attention_scores) would be with that head alone."""
-    num_heads, window = observed.shape[1], observed.shape[2]
-    keys = cache.fetch()[0]
-    group = num_heads // keys.shape[1]
+    """(heads, rows): each query head's attention from the observing tokens, the pruning score
+    with that head alone as its retrieval head."""
     rows = cache.row_positions()
-    mask = rows[None] <= rows[-window:][:, None]
+    mask = rows[None] <= rows[-observed.shape[2] :][:, None]
+    keys = cache.fetch()[0]
     return mx.stack(
-        [
-            attention_scores(
-                observed[:, h : h + 1], keys[:, h // group : h // group + 1], scale, mask
-            )
-            for h in range(num_heads)
-        ]
+        [attention_scores(observed, keys, scale, mask, (h,)) for h in range(observed.shape[1])]
     )
 
 
 def layer_probs(model, config, prompt: list[int], layers: list[int]) -> dict[int, mx.array]:
     """A keep-all pass; at each given layer, every head's attention over the prompt."""
-    state = LazyState(model)
-    adapter, tokens = state.adapter, mx.array(prompt)
-    state.aux.extend(tokens, depth=state.num_layers)
-    h = adapter.embed(tokens[None])
-    positions = mx.arange(tokens.size, dtype=mx.int32)
     found = {}
-    for layer, block in enumerate(adapter.layers[: max(layers) + 1]):
-        h, observed = _layer(
-            state, layer, block, h, positions, 0, 0, PREFILL_CHUNK, False, config.window
-        )
+    for layer, block, cache, observed in keep_all_layers(model, config, prompt):
         if layer in layers:
-            found[layer] = head_probs(observed, state[layer], block.self_attn.scale)
-        mx.eval(h, *found.values())
+            found[layer] = head_probs(observed, cache, block.self_attn.scale)
+            mx.eval(found[layer])
+        if layer == max(layers):
+            break
     return found
 
 
