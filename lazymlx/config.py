@@ -92,6 +92,10 @@ class LazyConfig:
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
     revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
+    revive_shaped: decode revival ranks the pruned tokens by the new token's attention shaped as
+        a prompt step's (pool, segments, in text order), not by the attention alone, so a revived
+        token brings the tokens after it along (the rest of a number or a fact), as a prompt
+        step's pick and its revival of context tokens do.
     revive_steps: how many decode steps of a call revive (None: every step); later steps decode
         like "sparse". The tokens an answer needs are picked in its first steps.
     prompt_revive: a prompt step over a pruned context (a chat turn, a question about a kept
@@ -119,6 +123,7 @@ class LazyConfig:
     retrieval_heads: tuple[tuple[int, tuple[int, ...]], ...] = ()
     decode: str = "sparse"
     revive: int = 16
+    revive_shaped: bool = False
     revive_steps: int | None = 8
     prompt_revive: int | None = None
     min_prompt: int = 0
@@ -132,8 +137,9 @@ class LazyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
-        if not isinstance(self.past_template, bool):
-            raise LazymlxError(f"past_template must be true or false, got {self.past_template!r}")
+        for name in ("past_template", "revive_shaped"):
+            if not isinstance(getattr(self, name), bool):
+                raise LazymlxError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("revive_steps", "prompt_revive"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -290,7 +296,8 @@ class LazyConfig:
         decode = self.decode
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
-            decode = f"revive {self.revive} a layer for {span}"
+            shaped = ", scored as the prompt step scores" if self.revive_shaped else ""
+            decode = f"revive {self.revive} a layer for {span}{shaped}"
         later = (
             "later prompt steps revive none"
             if self.prompt_revive == 0 or self.selection != "attention"

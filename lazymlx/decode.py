@@ -29,7 +29,7 @@ from lazymlx import distributed
 from lazymlx.blocks import attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
-from lazymlx.prefill import Progress, prompt_step
+from lazymlx.prefill import Progress, Ranker, prompt_step
 
 
 class LazyModel(nn.Module):
@@ -83,7 +83,7 @@ class LazyModel(nn.Module):
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
             if not prompt and self.reviving():
                 self.decoded += 1
-                return revive_step(state, inputs, self.config)
+                return revive_step(state, inputs, self.config, self.ends)
             return self._forward(inputs)
 
     @property
@@ -132,9 +132,16 @@ def interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:
-    """One decode token with bounded revival; the logits (1, 1, vocab)."""
+def revive_step(
+    state: LazyState, inputs: mx.array, config: LazyConfig, ends: mx.array | None = None
+) -> mx.array:
+    """One decode token with bounded revival; the logits (1, 1, vocab).
+
+    With `revive_shaped`, the new token's attention is shaped as a prompt step's (pool and
+    segments, in text order) before the pick, so a revived token brings the ones after it along.
+    """
     adapter, aux, num_layers = state.adapter, state.aux, state.num_layers
+    ranker = Ranker(config, state.offset, ends) if config.revive_shaped else None
     keep = config.pruning_layers(num_layers)
     position = state.offset
     counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
@@ -170,6 +177,8 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
         scores = attention_scores(
             query, cache.fetch()[0], block.self_attn.scale, heads=config.heads_at(layer)
         )
+        if ranker is not None:
+            scores = ranker.shape_rows(scores, rows, aux.ids)
         waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
         picked = rows[picks]

@@ -55,6 +55,15 @@ class Ranker:
             scores = segment_max(scores, ends, config.segments)
         return _pooled(scores, config.pool)
 
+    def shape_rows(self, scores: mx.array, rows: mx.array, ids: mx.array) -> mx.array:
+        """Scores of a layer's rows (rows: their positions, in cache order; ids: every token's
+        id by position) shaped in text order, so a chosen token takes its neighbours along
+        whichever step left them at the layer; in cache order, fp32."""
+        order = mx.argsort(rows)
+        shaped = mx.zeros(scores.shape, mx.float32)
+        shaped[order] = self.shape(scores[order], ids[rows[order]]).astype(mx.float32)
+        return shaped
+
     def rows(self, observed: mx.array, cache: LazyKVCache, scale: float, layer: int) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
         rows = cache.row_positions()
@@ -240,11 +249,7 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
     rows = cache.row_positions()
     context_rows = rows[:split]
-    # shaped in text order across every row, so a chosen token takes its neighbours along
-    # whichever step left them at this layer
-    order = mx.argsort(rows)
-    shaped = mx.zeros(scores.shape, mx.float32)
-    shaped[order] = ranker.shape(scores[order], aux.ids[rows[order]]).astype(mx.float32)
+    shaped = ranker.shape_rows(scores, rows, aux.ids)
     context, back = shaped[:split], shaped[split : split + revived]
     held = None
     if keep.mass:  # sinks and the step's recent tokens are forced, as in the step's own ranking

@@ -606,6 +606,29 @@ def test_only_the_first_revive_steps_of_a_call_revive():
     assert_each_pair_once_and_depths_agree(state)
 
 
+def test_shape_rows_pools_in_text_order_whatever_the_cache_order():
+    ranker = prefill.Ranker(LazyConfig(pool=2), start=0)
+    text = np.array([0.1, 0.9, 0.2, 0.3, 0.05, 0.4], np.float32)
+    rows = np.array([3, 0, 5, 1, 4, 2])  # cache order: revived rows come after later ones
+    shaped = ranker.shape_rows(mx.array(text[rows]), mx.array(rows), mx.zeros(6, mx.int32))
+    pooled = np.array([max(text[max(0, i - 2) : i + 1]) for i in range(6)])
+    assert np.allclose(np.array(shaped), pooled[rows])
+
+
+def test_shaped_decode_revival_without_shaping_revives_as_before_and_with_it_once_a_pair():
+    model = random_model(num_layers=8)
+    prompt = random_tokens(200)
+    plain = engine_greedy(model, prompt, 6, REVIVING)[0]
+    assert engine_greedy(model, prompt, 6, replace(REVIVING, revive_shaped=True))[0] == plain
+    state = LazyState(model)
+    state.record = []
+    shaped = replace(REVIVING, pool=6, revive=7, revive_shaped=True)
+    engine_greedy(model, prompt, 6, shaped, state)
+    revived = [len(positions) - 1 for _, positions in state.record[8:16]]
+    assert sum(revived) > 0  # the first decode step revived
+    assert_each_pair_once_and_depths_agree(state)
+
+
 @pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
 def test_ctrl_c_while_a_decode_step_is_built_waits_for_it(monkeypatch, config):
     model = random_model(num_layers=6)

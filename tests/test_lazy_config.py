@@ -34,6 +34,7 @@ from lazymlx.errors import LazymlxError
         ({"masses": "most"}, r"masses must be a list of \(depth, attention share\) pairs"),
         ({"window": 0}, "window must be >= 1, got 0"),
         ({"past_template": "yes"}, "past_template must be true or false, got 'yes'"),
+        ({"revive_shaped": 1}, "revive_shaped must be true or false, got 1"),
         ({"pool": -1}, "pool must be >= 0, got -1"),
         ({"keep_last": -2}, "keep_last must be >= 0, got -2"),
         ({"heads": "sum"}, "unknown head reduction 'sum'; choose one of: mean, max"),
