@@ -67,7 +67,28 @@ study --study seventeenth --lengths 2k,4k --journal $results/studies/seventeenth
   --output $results/studies/head_ranks_1k.json
 study --study nineteenth --lengths 1k --journal $results/studies/nineteenth_1k.jsonl
 study --study nineteenth --lengths 2k --journal $results/studies/nineteenth_2k.jsonl
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl') \
+# the twentieth: decode revival shaped as the prompt step's pick (pool), on the two-hop widened
+# to 36 cases at 1k and 12 at 2k (the default beside it), then on every other calibration family
+study --study twentieth --lengths 1k --cases 36 --families twohop --journal $results/studies/twentieth_twohop.jsonl
+study --study twentieth --lengths 2k --cases 12 --families twohop --journal $results/studies/twentieth_twohop.jsonl
+shaped="0.3@57%, revive shaped, past template (0.70)"
+study --study twentieth --only "$shaped" --lengths 1k --cases 12 --families lookalike,json,table,followup \
+  --journal $results/studies/twentieth_1k_4k.jsonl
+study --study twentieth --only "$shaped" --lengths 1k \
+  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+  --journal $results/studies/twentieth_1k_4k.jsonl
+study --study twentieth --only "$shaped" --lengths 2k,4k --journal $results/studies/twentieth_1k_4k.jsonl
+# the twenty-first: larger shares and later cuts on the widened two-hop, then the later cut on the rest
+study --study twenty-first --lengths 1k --cases 36 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
+study --study twenty-first --lengths 2k --cases 12 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
+later="0.2@67%, revive, past template (0.74)"
+study --study twenty-first --only "$later" --lengths 1k --cases 12 --families lookalike,json,table,followup \
+  --journal $results/studies/twentyfirst_1k_4k.jsonl
+study --study twenty-first --only "$later" --lengths 1k \
+  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+  --journal $results/studies/twentyfirst_1k_4k.jsonl
+study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the

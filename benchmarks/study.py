@@ -225,6 +225,27 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
             retrieval_heads=((7, (7,)),),
         ),
     },
+    # decode revival picks the tokens the new token attends to most, one by one, where a prompt
+    # step's pick and its revival take each chosen token's next 12 along (pool): the same
+    # shaping in decode revival, at the same count (so the same cost), on every calibration
+    # family and on the two-hop widened (the one family below the bar on both splits)
+    "twentieth": {
+        "0.3@57%, revive, past template (0.70)": schedule((0.57, 0.3), past_template=True),
+        "0.3@57%, revive shaped, past template (0.70)": schedule(
+            (0.57, 0.3), past_template=True, revive_shaped=True
+        ),
+    },
+    # the two-hop widened (twentieth) kept 5 of 10 at the default: how much thinning after 57% it
+    # tolerates (a larger share), and the work spent on a later cut instead; then the later cut
+    # that kept as many at the least work on every calibration family
+    "twenty-first": {
+        "0.4@57%, revive, past template (0.74)": schedule((0.57, 0.4), past_template=True),
+        "0.5@57%, revive, past template (0.79)": schedule((0.57, 0.5), past_template=True),
+        "0.7@57%, revive, past template (0.87)": schedule((0.57, 0.7), past_template=True),
+        "0.3@67%, revive, past template (0.77)": schedule((0.67, 0.3), past_template=True),
+        "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
+        "0.3@77%, revive, past template (0.84)": schedule((0.77, 0.3), past_template=True),
+    },
 }
 
 
