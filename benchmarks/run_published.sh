@@ -88,6 +88,8 @@ study --study twenty-first --only "$later" --lengths 1k \
   --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
   --journal $results/studies/twentyfirst_1k_4k.jsonl
 study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
+study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --lengths 1k,2k,4k --families chat \
+  --journal $results/studies/twentyfirst_chat.jsonl
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
