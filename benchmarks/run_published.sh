@@ -90,7 +90,7 @@ study --study twenty-first --only "$later" --lengths 1k \
 study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
 study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --lengths 1k,2k,4k --families chat \
   --journal $results/studies/twentyfirst_chat.jsonl
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop') \
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
