@@ -134,6 +134,9 @@ $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --ou
 $lazymlx bench --prompt-len 2k --lazy default,fast,sparse --gen-len 64 --repeats 2 --output json > $results/bench_2k_rerun1.json
 $lazymlx bench --prompt-len 2k --lazy default,fast,sparse --gen-len 64 --repeats 2 --output json > $results/bench_2k_rerun2.json
 $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k_rerun.json
+# after revive_shaped (stop 31), twice
+$lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_2k_rerun3.json
+$lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_2k_rerun4.json
 .venv/bin/python benchmarks/tables.py bench $results/bench_2k.json $results/bench_8k.json
 
 # 4. Tensor parallelism over 3 local ranks (ring backend over loopback).
