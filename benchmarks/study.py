@@ -23,7 +23,7 @@ from lazymlx.cli.app import load_model
 from lazymlx.config import LazyConfig
 from lazymlx.evals.baselines import PACKAGED, BaselineCache
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
-from lazymlx.evals.runner import case_key, evaluate, read_records, records_as_dicts, run_case
+from lazymlx.evals.runner import case_key, evaluate, read_records, records_as_dicts, right_cases
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
 
@@ -249,15 +249,6 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
 }
 
 
-def baseline(model, tokenizer, case, cache: BaselineCache):
-    """The case's baseline outcome, run and cached where the cache lacks it."""
-    if (outcome := cache.get(case)) is None:
-        print(f"{case.family} {case.length} #{case.seed} baseline", flush=True)
-        outcome = run_case(model, tokenizer, case, None)
-        cache.put(case, outcome)
-    return outcome
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", choices=list(STUDIES), required=True)
@@ -285,11 +276,15 @@ def main() -> None:
     if args.only:
         configs = {name: configs[name] for name in args.only}
     model, tokenizer = load_model(args.model)
+
+    def announce(case, mode: str) -> None:
+        print(f"{case.family} {case.length} #{case.seed} {mode}", flush=True)
+
     counts = suite_counts("calibration", parse_lengths(args.lengths), args.cases)
     cases = make_cases(tokenizer, parse_families(args.families), "calibration", counts)
     cache = BaselineCache(model, PACKAGED if args.model == "smollm2-135m" else None)
     if args.right_only:
-        cases = [c for c in cases if c.correct(baseline(model, tokenizer, c, cache).text)]
+        cases = right_cases(model, tokenizer, cases, cache, on_run=announce)
     journal = Path(args.journal)
     journal.parent.mkdir(parents=True, exist_ok=True)
     earlier = read_records(journal)[1] if args.resume and journal.exists() else []
@@ -304,9 +299,7 @@ def main() -> None:
         cases,
         [Strategy(name, config) for name, config in configs.items()],
         cache,
-        on_run=lambda case, mode: print(
-            f"{case.family} {case.length} #{case.seed} {mode}", flush=True
-        ),
+        on_run=announce,
         on_record=write,
         recorded={case_key(r, r.mode): r for r in earlier},
     )

@@ -181,6 +181,14 @@ def evaluate(
     ] = None,
     journal: Journal = None,
     resume: Resume = False,
+    right_only: Annotated[
+        bool,
+        typer.Option(
+            "--right-only",
+            help="Run the presets only on cases the baseline answers right (the only ones they "
+            "can keep); free-form cases are left out.",
+        ),
+    ] = False,
     records: Annotated[
         str | None,
         typer.Option(
@@ -200,7 +208,7 @@ def evaluate(
         return
     strategies = [strategy(name, model) for name in _presets(lazy)]
     done, head = _run_suite(
-        model, families, split, lengths, cases, strategies, baselines, journal, resume
+        model, families, split, lengths, cases, strategies, baselines, journal, resume, right_only
     )
     _emit_eval(output, head, done)
 
@@ -215,14 +223,17 @@ def _emit_eval(output: str, head: dict, records) -> None:
     emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
 
 
-def _run_suite(model, families, split, lengths, cases, strategies, baselines, journal, resume):
-    """The baseline (cached) and the strategies on a split's cases; the records and a header."""
+def _run_suite(
+    model, families, split, lengths, cases, strategies, baselines, journal, resume, right_only=False
+):
+    """The baseline (cached) and the strategies on a split's cases (with right_only, those the
+    baseline answers right); the records and a header."""
     import json
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.families import make_cases, parse_families, suite_counts
-    from lazymlx.evals.runner import case_key, read_records, records_as_dicts
+    from lazymlx.evals.runner import case_key, read_records, records_as_dicts, right_cases
     from lazymlx.evals.runner import evaluate as run_eval
 
     if resume and not journal:
@@ -240,9 +251,14 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
             with open(journal, "a") as log:
                 log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
 
-    runs = sum(case_key(c, s.mode) not in recorded for c in suite for s in strategies)
-    runs += sum(cache.get(c) is None for c in suite)
+    runs = sum(cache.get(c) is None for c in suite)
     cache.hits = cache.misses = 0
+    counted = None  # with right_only, the baselines looked up (hits, runs) over the whole suite
+    if right_only:
+        with run_progress(runs) as advance:
+            suite = right_cases(loaded, tokenizer, suite, cache, on_run=_announce(advance))
+        counted, runs = (cache.hits, cache.misses), 0
+    runs += sum(case_key(c, s.mode) not in recorded for c in suite for s in strategies)
     with run_progress(runs) as advance:
         done = run_eval(
             loaded,
@@ -250,7 +266,7 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
             suite,
             strategies,
             cache,
-            on_run=lambda case, mode: advance(f"{case.family} {case.length} #{case.seed} {mode}"),
+            on_run=_announce(advance),
             on_record=keep,
             recorded=recorded,
         )
@@ -259,12 +275,18 @@ def _run_suite(model, families, split, lengths, cases, strategies, baselines, jo
         strategies,
         split=split,
         cases_per_length={str(k): v for k, v in counts.items()},
-        baselines_cached=cache.hits,
-        baselines_run=cache.misses,
+        right_only=right_only,
+        baselines_cached=(counted or (cache.hits, cache.misses))[0],
+        baselines_run=(counted or (cache.hits, cache.misses))[1],
         baseline_cache=str(cache.path),
         resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )
     return done, head
+
+
+def _announce(advance):
+    """A runner's on_run for a progress bar: the case and mode about to run."""
+    return lambda case, mode: advance(f"{case.family} {case.length} #{case.seed} {mode}")
 
 
 def _share(value: float | None) -> str:

@@ -26,7 +26,7 @@ from lazymlx.evals.families import (
     parse_families,
     suite_counts,
 )
-from lazymlx.evals.runner import Outcome, Record, run_case
+from lazymlx.evals.runner import Outcome, Record, right_cases, run_case
 from lazymlx.evals.scoring import common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
 from lazymlx.segments import segment_ends, segment_max
@@ -170,6 +170,30 @@ def test_the_packaged_cache_is_read_but_never_written(tiny, tmp_path: Path, monk
     cache.put(make_case("passkey", tokenizer, LENGTH, 2, "calibration"), _outcome("y", [4]))
     assert len(json.loads(mine.read_text())["entries"]) == 1
     assert len(json.loads(packaged.read_text())["entries"]) == 1
+
+
+def test_right_cases_are_those_the_baseline_answers_and_uncached_ones_run_first(
+    tiny, tmp_path: Path
+):
+    model, tokenizer = tiny
+    right, wrong, uncached = (
+        make_case("passkey", tokenizer, LENGTH, seed, "calibration") for seed in range(3)
+    )
+    free = make_case("freeform-text", tokenizer, LENGTH, 0, "calibration")
+    cache = BaselineCache(model, tmp_path / "baselines.json")
+    cache.put(right, _outcome(f" {right.gold}.", [1]))
+    cache.put(wrong, _outcome(" 7.", [2]))
+    cache.put(free, _outcome(" text", [3]))
+    ran = []
+    picked = right_cases(
+        model,
+        tokenizer,
+        [right, wrong, uncached, free],
+        cache,
+        on_run=lambda c, m: ran.append((c.seed, m)),
+    )
+    assert picked == [right]  # the random model misses the uncached one; free-form has no gold
+    assert ran == [(2, "baseline")] and cache.get(uncached) is not None  # run once, then cached
 
 
 @pytest.mark.parametrize("family", ["needle-docs", "followup", "kept", "chat"])

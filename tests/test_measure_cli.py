@@ -153,6 +153,42 @@ def test_eval_resume_runs_only_what_the_journal_lacks(tiny_model_dir: Path, tmp_
     )
 
 
+def test_eval_right_only_runs_presets_on_the_baselines_right_answers_alone(
+    tiny_model_dir: Path, tmp_path
+):
+    cache = tmp_path / "baselines.json"
+    args = [
+        "eval", "-m", str(tiny_model_dir), "--families", "passkey,code", "--lengths", "1000",
+        "--cases", "2", "--lazy", "off", "--baselines", str(cache), "--output", "json",
+    ]  # fmt: skip
+    everything = json.loads(invoke(*args))
+    cases = {(c["family"], c["seed"]) for c in everything["cases"]}
+    assert len(cases) == 4 and not any(c["baseline_correct"] for c in everything["cases"])
+    data = json.loads(cache.read_text())  # the random model answers one passkey right after all
+    entry = next(e for e in data["entries"].values() if e["case"].startswith("passkey"))
+    seed = int(entry["case"].split("#")[1])
+    gold = _gold("passkey", tiny_model_dir, seed)
+    entry["outcome"]["text"] = f"The pass key is {gold}."
+    cache.write_text(json.dumps(data))
+    right = json.loads(invoke(*args, "--right-only"))
+    assert right["right_only"] and right["baselines_cached"] == 4 and right["baselines_run"] == 0
+    assert {(c["family"], c["seed"], c["mode"]) for c in right["cases"]} == {
+        ("passkey", seed, "baseline"),
+        ("passkey", seed, "lazy:off"),
+    }
+    assert {(r["family"], r["baseline_right"]) for r in right["rows"]} == {
+        ("passkey", 1),
+        ("all", 1),
+    }
+
+
+def _gold(family: str, model_dir: Path, seed: int) -> str:
+    from lazymlx.cli.app import load_model
+    from lazymlx.evals.families import make_case
+
+    return make_case(family, load_model(str(model_dir))[1], 1000, seed, "validation").gold
+
+
 def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     tiny_model_dir: Path, tmp_path: Path
 ):

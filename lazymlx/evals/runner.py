@@ -227,6 +227,28 @@ def evaluate(
     return records
 
 
+def right_cases(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    cases: list[Case],
+    baselines: BaselineCache,
+    on_run: Callable[[Case, str], None] | None = None,
+) -> list[Case]:
+    """The cases the baseline answers right: the only ones a preset can keep, so a preset costs
+    only those (free-form cases, with no gold, are left out). A baseline not cached runs first
+    and is cached."""
+    right = []
+    for case in cases:
+        if (baseline := baselines.get(case)) is None:
+            if on_run:
+                on_run(case, BASELINE)
+            baseline = run_case(model, tokenizer, case, None)
+            baselines.put(case, baseline)
+        if case.correct(baseline.text):
+            right.append(case)
+    return right
+
+
 def records_as_dicts(records: list[Record]) -> list[dict]:
     return [asdict(record) for record in records]
 
