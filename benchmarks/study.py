@@ -246,6 +246,13 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
         "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
         "0.3@77%, revive, past template (0.84)": schedule((0.77, 0.3), past_template=True),
     },
+    # the later cut's one loss on calibration was a chat (1 of 4, a thin family): the chat
+    # widened, the default beside the two later cuts that kept 8 of 10 two-hops
+    "twenty-second": {
+        "0.3@57%, revive, past template (0.70)": schedule((0.57, 0.3), past_template=True),
+        "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
+        "0.3@67%, revive, past template (0.77)": schedule((0.67, 0.3), past_template=True),
+    },
 }
 
 
