@@ -90,6 +90,10 @@ study --study twenty-first --only "$later" --lengths 1k \
 study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
 study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --lengths 1k,2k,4k --families chat \
   --journal $results/studies/twentyfirst_chat.jsonl
+# the twenty-second: the chat family widened (the later cut's one loss outside the two-hop)
+study --study twenty-second --lengths 1k --cases 36 --families chat --journal $results/studies/twentysecond_chat.jsonl
+study --study twenty-second --only "0.3@57%, revive, past template (0.70)" --only "$later" \
+  --lengths 2k --cases 12 --families chat --journal $results/studies/twentysecond_chat.jsonl --resume
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
@@ -124,6 +128,18 @@ validate --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup
 # the suite's first 8k case of every family (the 7 with no cached baseline run stock beside the
 # default; a stock 8k run takes 4-5 minutes here), decided to fill the 8k row the suite defines
 validate --lengths 8k --cases 1 --lazy default --resume
+# When 0.2@67% replaced 0.3@57% as the default (twenty-second study), the journal moved to
+# validation_round3_057_default.jsonl and validation.jsonl kept its baseline and fast rows; the
+# new default ran over the cached baselines on the cases stock answers right (the only ones it
+# can keep; the same suite as above) and on the free-form ones
+validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines.json \
+  --journal $results/eval/validation.jsonl --resume --output json "$@" > /dev/null; }
+validate --families scored --right-only --lengths 1k --lazy default
+validate --families lookalike,twohop,json,table,followup --cases 12 --right-only --lengths 1k --lazy default
+validate --families scored --right-only --lengths 2k --lazy default
+validate --families scored --right-only --lengths 4k --lazy default
+validate --families passkey --cases 2 --right-only --lengths 8k --lazy default
+for length in 1k 2k 4k; do validate --families freeform --lengths $length --lazy default; done
 .venv/bin/python benchmarks/tables.py eval $results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families $results/eval/validation.jsonl
 
@@ -137,7 +153,11 @@ $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --ou
 # after revive_shaped (stop 31), twice
 $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_2k_rerun3.json
 $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_2k_rerun4.json
-.venv/bin/python benchmarks/tables.py bench $results/bench_2k.json $results/bench_8k.json
+# at 0.2@67% (the default since the twenty-second study), then 8k again, the default alone
+$lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k_067.json
+$lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k_067.json
+$lazymlx bench --prompt-len 8k --lazy default --gen-len 64 --repeats 1 --output json > $results/bench_8k_067_rerun.json
+.venv/bin/python benchmarks/tables.py bench $results/bench_2k_067.json $results/bench_8k_067.json
 
 # 4. Tensor parallelism over 3 local ranks (ring backend over loopback).
 .venv/bin/python benchmarks/distributed.py --prompt-len 2k --groups 1,3 --gen-len 8 --short 4 --short-tokens 8 \

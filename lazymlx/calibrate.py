@@ -22,9 +22,10 @@ from lazymlx.measure import BASELINE, Strategy
 # Candidates built from a model's default (so they keep its scoring, decode and length rules):
 # the schedules round 3 of benchmarks/STUDIES.md compared on SmolLM2, a generous first prune
 # where early layers rank answers roughly and a hard one where they rank them best, and late
-# selection (every token to mid-depth, then one hard prune), at depths given as fractions so
-# they map onto any model's layers.
+# selection (every token to mid-depth or two thirds of depth, then one hard prune), at depths
+# given as fractions so they map onto any model's layers.
 SCHEDULES = {
+    "0.2@67%": ((0.67, 0.2),),
     "0.3@57%": ((0.57, 0.3),),
     "0.6@24% 0.3@57%": ((0.24, 0.6), (0.57, 0.3)),
     "0.5@24% 0.3@57%": ((0.24, 0.5), (0.57, 0.3)),

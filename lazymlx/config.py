@@ -369,7 +369,7 @@ PRESETS: dict[str, LazyConfig] = {
     # measurements, and which of them should hold on other models, are in benchmarks/STUDIES.md
     # (round 3). `calibrate` re-makes the choice for another model.
     "default": LazyConfig(
-        schedule=((0.57, 0.3),),
+        schedule=((0.67, 0.2),),
         keep_first=4,
         window=8,
         past_template=True,

@@ -78,7 +78,7 @@ def test_bench_csv_and_table(tiny_model_dir: Path):
     assert set(rows[0]) >= BENCH_ROW_KEYS
     table = invoke(*args)
     assert "device: " in table and "| mode " in table and "| lazy:default " in table
-    assert "presets: lazy:default: keep 30% at 57%" in table
+    assert "presets: lazy:default: keep 20% at 67%" in table
 
 
 def test_bench_prompt_kinds(tiny, tmp_path: Path):
