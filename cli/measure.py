@@ -270,14 +270,15 @@ def _run_suite(
             on_record=keep,
             recorded=recorded,
         )
+    cached, ran = counted or (cache.hits, cache.misses)
     head = _header(
         model,
         strategies,
         split=split,
         cases_per_length={str(k): v for k, v in counts.items()},
         right_only=right_only,
-        baselines_cached=(counted or (cache.hits, cache.misses))[0],
-        baselines_run=(counted or (cache.hits, cache.misses))[1],
+        baselines_cached=cached,
+        baselines_run=ran,
         baseline_cache=str(cache.path),
         resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )

@@ -205,13 +205,7 @@ def evaluate(
         todo = [s for s in strategies if case_key(case, s.mode) not in recorded]
         if not todo and case_key(case, BASELINE) in recorded:
             continue
-        baseline = baselines.get(case)
-        fresh = baseline is None
-        if fresh:
-            if on_run:
-                on_run(case, BASELINE)
-            baseline = run_case(model, tokenizer, case, None)
-            baselines.put(case, baseline)
+        baseline, fresh = _baseline(model, tokenizer, case, baselines, on_run)
         mine = []
         if case_key(case, BASELINE) not in recorded:
             mine.append(_record(case, BASELINE, baseline, baseline, fresh))
@@ -237,16 +231,28 @@ def right_cases(
     """The cases the baseline answers right: the only ones a preset can keep, so a preset costs
     only those (free-form cases, with no gold, are left out). A baseline not cached runs first
     and is cached."""
-    right = []
-    for case in cases:
-        if (baseline := baselines.get(case)) is None:
-            if on_run:
-                on_run(case, BASELINE)
-            baseline = run_case(model, tokenizer, case, None)
-            baselines.put(case, baseline)
-        if case.correct(baseline.text):
-            right.append(case)
-    return right
+    return [
+        case
+        for case in cases
+        if case.correct(_baseline(model, tokenizer, case, baselines, on_run)[0].text)
+    ]
+
+
+def _baseline(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    case: Case,
+    baselines: BaselineCache,
+    on_run: Callable[[Case, str], None] | None,
+) -> tuple[Outcome, bool]:
+    """The case's baseline outcome and whether it ran now: from the cache, else run and cached."""
+    if (outcome := baselines.get(case)) is not None:
+        return outcome, False
+    if on_run:
+        on_run(case, BASELINE)
+    outcome = run_case(model, tokenizer, case, None)
+    baselines.put(case, outcome)
+    return outcome, True
 
 
 def records_as_dicts(records: list[Record]) -> list[dict]:
