@@ -1,18 +1,26 @@
 """Why a preset loses an answer: where each planted fact's tokens stop, and how each layer ranks them.
 
-For each case (raw prompts only), two runs of the prompt alone:
+For each raw case, two runs of the prompt alone:
 - the preset's lazy prompt step: every token's depth (the layers it went through); for each
   planted piece (the asked fact first, then look-alikes, distractors) the depth of each of its
   tokens, so a fact whose key stopped at layer 7 while its value went on shows as such, and
   the depths of the prompt's last tokens (its question, which the scoring observes);
 - a keep-all pass that ranks the prompt's tokens at every layer by the preset's rule: the share a
   prune at that layer must keep for a piece's every token to survive (1.0: it ranks last).
+For each chat case, the conversation as the eval runs it, stock mlx-lm and the preset side by
+side: every turn's two replies, and after each turn the depths of each planted piece's tokens
+(a later turn revives, so they can change), since a reply that parts from stock's changes the
+history every later turn sees.
 Calibration cases only: this chooses knobs.
 
     .venv/bin/python benchmarks/diagnose.py --families lookalike,passkey --lengths 2k \\
         --seeds 0,1,2 --lazy default --output benchmarks/results/diagnose_lookalike_2k.json
     .venv/bin/python benchmarks/diagnose.py --cases table:1k:2,twohop:1k:1 --lazy default \\
         --output benchmarks/results/studies/diagnose_default.json
+    .venv/bin/python benchmarks/diagnose.py --cases chat:1k:2,chat:1k:9 --lazy default \\
+        --output benchmarks/results/studies/diagnose_chat_1k.json
+    .venv/bin/python benchmarks/diagnose.py --cases twohop:1k:32 --output ... \\
+        --config "twenty-third/0.2@67%, revive, past template, segments 16 (0.74)"
 """
 
 from __future__ import annotations
@@ -26,23 +34,28 @@ from collections.abc import Iterator
 from typing import Any
 
 import mlx.core as mx
+from study import STUDIES
 
 from lazymlx.bench import header
 from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
-from lazymlx.evals.families import Case, make_case, parse_families
+from lazymlx.evals.families import FIRST_REPLY, Case, make_case, parse_families
 from lazymlx.generation import encode_prompt
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer, prompt_step
 from lazymlx.presets import resolve_preset
 from lazymlx.segments import segment_ends
+from lazymlx.session import ChatSession
 
 TAIL = 24  # the prompt's last tokens (its question) whose depths are reported too
 
 
-def piece_rows(tokenizer, case: Case, prompt: list[int]) -> list[list[int]]:
-    """The prompt rows of each planted piece's tokens."""
-    text = case.segments[0]
+def piece_rows(
+    tokenizer, case: Case, prompt: list[int], text: str | None = None
+) -> list[list[int]]:
+    """The prompt rows of each planted piece's tokens; text: what `prompt` encodes (the first
+    segment, or a chat turn as its template renders it)."""
+    text = case.segments[0] if text is None else text
     encoded = tokenizer._tokenizer(text, return_offsets_mapping=True)
     shift = len(prompt) - len(encoded["input_ids"])  # special tokens encode_prompt adds in front
     rows = []
@@ -92,6 +105,38 @@ def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[lis
     return shares
 
 
+def chat_result(model, tokenizer, case: Case, config) -> dict:
+    """A chat case turn by turn as the eval's runner sends it (earlier replies FIRST_REPLY tokens
+    at most), stock and the preset side by side: per turn both replies, and the depths of the
+    planted pieces' tokens after it."""
+    first = [{"role": "user", "content": case.segments[0]}]
+    text = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=False)
+    prompt = list(tokenizer.apply_chat_template(first, add_generation_prompt=True))
+    pieces = piece_rows(tokenizer, case, prompt, text)
+    sessions = {
+        mode: ChatSession(model, tokenizer, lazy=lazy, max_tokens=FIRST_REPLY)
+        for mode, lazy in (("baseline", None), ("lazy", config))
+    }
+    turns = []
+    for number, message in enumerate(case.segments, 1):
+        replies = {}
+        for mode, session in sessions.items():
+            if number == len(case.segments):
+                session.generation["max_tokens"] = case.max_tokens
+            replies[mode] = "".join(response.text for response in session.send(message))
+        depth = sessions["lazy"].context.cache.aux.depths().tolist()
+        turns.append({"replies": replies, "depths": [[depth[r] for r in rows] for rows in pieces]})
+    return {
+        "kind": "chat",
+        "pieces": [
+            {"text": piece, "holds_gold": case.gold in piece,
+             "tokens": [tokenizer.decode([prompt[r]]) for r in rows]}
+            for piece, rows in zip(case.planted, pieces, strict=True)
+        ],
+        "turns": turns,
+    }  # fmt: skip
+
+
 def chosen_cases(args) -> list[tuple[str, int, int]]:
     """(family, length, seed) of every case to diagnose."""
     if args.cases:
@@ -118,13 +163,28 @@ def main() -> None:
         "--cases", help="family:length:seed,... (instead of families x lengths x seeds)"
     )
     parser.add_argument("--lazy", default="default")
+    parser.add_argument(
+        "--config", help="a study's config instead of a preset: STUDY/NAME, as study.py names them"
+    )
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
-    config = resolve_preset(args.lazy, args.model)
+    if args.config:
+        study, name = args.config.split("/", 1)
+        config, args.lazy = STUDIES[study][name], args.config
+    else:
+        config = resolve_preset(args.lazy, args.model)
     results = []
     for family, length, seed in chosen_cases(args):
         case = make_case(family, tokenizer, length, seed, "calibration")
+        if case.kind == "chat" and case.planted:
+            result = chat_result(model, tokenizer, case, config)
+            results.append({"family": family, "length": length, "seed": seed, "gold": case.gold})
+            results[-1].update(result)
+            for number, turn in enumerate(result["turns"], 1):
+                print(f"{family} {length} #{seed} turn {number}: {turn}", flush=True)
+            write(args, results)
+            continue
         if case.kind != "raw" or not case.planted:
             continue
         prompt = encode_prompt(tokenizer, case.segments[0]).tolist()
@@ -148,12 +208,12 @@ def main() -> None:
         )  # fmt: skip
         asked = results[-1]["pieces"][0]
         print(f"{family} {length} #{seed}: asked fact depths {asked['depths']}", flush=True)
-        with open(args.output, "w") as f:
-            json.dump(
-                {"header": header(args.model, lazy=args.lazy), "cases": results},
-                f,
-                indent=1,
-            )
+        write(args, results)
+
+
+def write(args, results: list[dict]) -> None:
+    with open(args.output, "w") as f:
+        json.dump({"header": header(args.model, lazy=args.lazy), "cases": results}, f, indent=1)
 
 
 if __name__ == "__main__":

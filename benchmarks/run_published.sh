@@ -94,7 +94,21 @@ study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --leng
 study --study twenty-second --lengths 1k --cases 36 --families chat --journal $results/studies/twentysecond_chat.jsonl
 study --study twenty-second --only "0.3@57%, revive, past template (0.70)" --only "$later" \
   --lengths 2k --cases 12 --families chat --journal $results/studies/twentysecond_chat.jsonl --resume
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat') \
+# the default's calibration losses, diagnosed; then whole sentences (the twenty-third) on the two
+# families below the bar, and #32 diagnosed at that config
+diagnose() { .venv/bin/python benchmarks/diagnose.py "$@"; }
+diagnose --cases twohop:1k:8,twohop:1k:32 --lazy default --output $results/studies/diagnose_twohop_067_1k.json
+diagnose --cases chat:1k:2,chat:1k:9 --lazy default --output $results/studies/diagnose_chat_1k.json
+segments="0.2@67%, revive, past template, segments 16 (0.74)"
+study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families twohop \
+  --journal $results/studies/twentythird_segments.jsonl
+study --study twenty-third --only "$segments" --lengths 2k --cases 12 --families twohop \
+  --journal $results/studies/twentythird_segments.jsonl --resume
+study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families chat \
+  --journal $results/studies/twentythird_segments.jsonl --resume
+diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
+  --output $results/studies/diagnose_twohop_segments_1k.json
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
@@ -140,6 +154,9 @@ validate --families scored --right-only --lengths 2k --lazy default
 validate --families scored --right-only --lengths 4k --lazy default
 validate --families passkey --cases 2 --right-only --lengths 8k --lazy default
 for length in 1k 2k 4k; do validate --families freeform --lengths $length --lazy default; done
+# then free-form at 8k (the suite's 2 cases a family; stock ran beside the second ones, which
+# were not cached)
+validate --families freeform --lengths 8k --lazy default
 .venv/bin/python benchmarks/tables.py eval $results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families $results/eval/validation.jsonl
 

@@ -253,6 +253,16 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
         "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
         "0.3@67%, revive, past template (0.77)": schedule((0.67, 0.3), past_template=True),
     },
+    # the default's lost two-hop #32 (diagnose_twohop_067_1k.json) kept every fact but the first
+    # token of each name ("D" of "Dmitri's garage number is 8287"), and answered a look-alike's
+    # number: whole sentences (a token scores its sentence's best, up to 16 tokens), beside the
+    # default, on the two families below the bar
+    "twenty-third": {
+        "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
+        "0.2@67%, revive, past template, segments 16 (0.74)": schedule(
+            (0.67, 0.2), past_template=True, segments=16
+        ),
+    },
 }
 
 
