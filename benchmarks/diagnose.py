@@ -168,19 +168,21 @@ def main() -> None:
     )
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    model, tokenizer = load_model(args.model)
     if args.config:
-        study, name = args.config.split("/", 1)
+        study, _, name = args.config.partition("/")
+        if name not in STUDIES.get(study, {}):
+            parser.error(f"no config {args.config!r}; write STUDY/NAME as study.py names them")
         config, args.lazy = STUDIES[study][name], args.config
     else:
         config = resolve_preset(args.lazy, args.model)
+    model, tokenizer = load_model(args.model)
     results = []
     for family, length, seed in chosen_cases(args):
         case = make_case(family, tokenizer, length, seed, "calibration")
         if case.kind == "chat" and case.planted:
             result = chat_result(model, tokenizer, case, config)
-            results.append({"family": family, "length": length, "seed": seed, "gold": case.gold})
-            results[-1].update(result)
+            named = {"family": family, "length": length, "seed": seed, "gold": case.gold}
+            results.append(named | result)
             for number, turn in enumerate(result["turns"], 1):
                 print(f"{family} {length} #{seed} turn {number}: {turn}", flush=True)
             write(args, results)

@@ -6,7 +6,7 @@ prompt runs keep-all (`off`) and pruned by the default schedule with no threshol
 Per range of prompt lengths: how often the first `--tokens` generated tokens are identical, and
 the TTFT each mode took.
 
-    .venv/bin/python benchmarks/short_prompts.py --output benchmarks/results/short_prompts.json
+    .venv/bin/python benchmarks/short_prompts.py --output benchmarks/results/short_prompts_067.json
 """
 
 from __future__ import annotations
@@ -99,6 +99,22 @@ def main() -> None:
     report = header("smollm2-135m", generated_tokens=args.tokens, schedule=pruned.describe())
     with open(args.output, "w") as file:
         json.dump(report | {"rows": rows, "prompts": records}, file, indent=1)
+    print(table(rows, args.tokens))
+
+
+def table(rows: list[dict], tokens: int) -> str:
+    lines = [
+        f"| prompt tokens | prompts | first {tokens} tokens identical | TTFT keep-all (s) "
+        "| TTFT pruned (s) | saved (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        off, pruned = row["ttft_off_s"], row["ttft_pruned_s"]
+        lines.append(
+            f"| {row['prompt_tokens']} | {row['prompts']} | {row['identical']}/{row['prompts']} "
+            f"| {off:.2f} | {pruned:.2f} | {off - pruned:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
