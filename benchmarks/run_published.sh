@@ -160,6 +160,13 @@ validate --families freeform --lengths 8k --lazy default
 .venv/bin/python benchmarks/tables.py eval $results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families $results/eval/validation.jsonl
 
+# prompts under 1k tokens: the validation split at 512 (stock beside the default), and
+# everyday questions and documentation passages of 64-1,024 tokens, pruned with no threshold
+$lazymlx eval --split validation --lengths 512 --cases 4 --lazy default \
+  --baselines lazymlx/evals/baselines.json --journal $results/eval/validation_512.jsonl
+.venv/bin/python benchmarks/tables.py eval $results/eval/validation_512.jsonl
+.venv/bin/python benchmarks/short_prompts.py --output $results/short_prompts_067.json
+
 # 3. Speed, memory and the answer at the shipped presets, against stock mlx-lm in one run.
 $lazymlx bench --prompt-len 2k --lazy default,fast,sparse --gen-len 64 --repeats 2 --output json > $results/bench_2k.json
 $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k.json

@@ -86,6 +86,8 @@ def families_table(paths: list[Path]) -> str:
             r = pooled.get((mode, family))
             if r is None:  # not run in this mode
                 cells.append("—")
+            elif r["scored"] and r["kept_share"] is None:
+                cells.append(f"— (stock right in 0 of {r['scored']})")
             elif r["kept_share"] is None:
                 cells.append(
                     f"{r['identical']:.0%} identical, {r['agreed_tokens']:.1f} tokens agree"

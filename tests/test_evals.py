@@ -240,11 +240,13 @@ def test_tallies_count_only_the_baselines_right_answers():
     ]
     rows = {(r["family"], r["length"]): r for r in summarize(records)}
     one = rows["passkey", 1024]
-    assert (one["cases"], one["baseline_right"], one["kept"], one["gained"]) == (3, 2, 1, 1)
+    assert (one["cases"], one["scored"], one["baseline_right"]) == (3, 3, 2)
+    assert (one["kept"], one["gained"]) == (1, 1)
     assert one["kept_share"] == 0.5 and 0 < one["kept_low"] < 0.5 < one["kept_high"] < 1
     assert one["speedup"] == 2
     assert rows["passkey", ALL]["kept"] == 2 and rows["passkey", ALL]["baseline_right"] == 3
     assert rows["freeform-text", 1024]["kept_share"] is None
+    assert rows["freeform-text", 1024]["scored"] == 0  # free-form: nothing to score
     assert rows[ALL, 1024]["cases"] == 4 and rows[ALL, ALL]["cases"] == 5
 
 

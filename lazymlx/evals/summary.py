@@ -26,6 +26,7 @@ def tally(records: list[Record]) -> dict:
     low, high = wilson(kept, len(right))
     return {
         "cases": len(records),
+        "scored": len(scored),
         "baseline_right": len(right),
         "kept": kept,
         "kept_share": kept / len(right) if right else None,
