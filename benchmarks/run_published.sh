@@ -108,7 +108,10 @@ study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families
   --journal $results/studies/twentythird_segments.jsonl --resume
 diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
   --output $results/studies/diagnose_twohop_segments_1k.json
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird') \
+# the twenty-fourth: every calibration family at 512 tokens (the threshold min_prompt), stock beside
+.venv/bin/python benchmarks/study.py --study twenty-fourth --lengths 512 --cases 4 \
+  --journal $results/studies/twentyfourth_512.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the

@@ -263,6 +263,11 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
             (0.67, 0.2), past_template=True, segments=16
         ),
     },
+    # the default prunes prompts from 256 tokens (min_prompt) but was chosen at 1k-8k: the
+    # calibration split at 512 tokens, for the choice of that threshold
+    "twenty-fourth": {
+        "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
+    },
 }
 
 
