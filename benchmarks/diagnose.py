@@ -39,7 +39,8 @@ from study import STUDIES
 from lazymlx.bench import header
 from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
-from lazymlx.evals.families import FIRST_REPLY, Case, make_case, parse_families
+from lazymlx.evals.families import Case, make_case, parse_families
+from lazymlx.evals.runner import send_turn
 from lazymlx.generation import encode_prompt
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer, prompt_step
@@ -106,24 +107,22 @@ def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[lis
 
 
 def chat_result(model, tokenizer, case: Case, config) -> dict:
-    """A chat case turn by turn as the eval's runner sends it (earlier replies FIRST_REPLY tokens
-    at most), stock and the preset side by side: per turn both replies, and the depths of the
-    planted pieces' tokens after it."""
+    """A chat case turn by turn as the eval's runner sends it (`send_turn`), stock and the preset
+    side by side: per turn both replies, and the depths of the planted pieces' tokens after it."""
     first = [{"role": "user", "content": case.segments[0]}]
     text = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=False)
     prompt = list(tokenizer.apply_chat_template(first, add_generation_prompt=True))
     pieces = piece_rows(tokenizer, case, prompt, text)
     sessions = {
-        mode: ChatSession(model, tokenizer, lazy=lazy, max_tokens=FIRST_REPLY)
+        mode: ChatSession(model, tokenizer, lazy=lazy)
         for mode, lazy in (("baseline", None), ("lazy", config))
     }
     turns = []
-    for number, message in enumerate(case.segments, 1):
-        replies = {}
-        for mode, session in sessions.items():
-            if number == len(case.segments):
-                session.generation["max_tokens"] = case.max_tokens
-            replies[mode] = "".join(response.text for response in session.send(message))
+    for turn in range(len(case.segments)):
+        replies = {
+            mode: "".join(response.text for response in send_turn(session, case, turn))
+            for mode, session in sessions.items()
+        }
         depth = sessions["lazy"].context.cache.aux.depths().tolist()
         turns.append({"replies": replies, "depths": [[depth[r] for r in rows] for rows in pieces]})
     return {
@@ -172,7 +171,7 @@ def main() -> None:
         study, _, name = args.config.partition("/")
         if name not in STUDIES.get(study, {}):
             parser.error(f"no config {args.config!r}; write STUDY/NAME as study.py names them")
-        config, args.lazy = STUDIES[study][name], args.config
+        config = STUDIES[study][name]
     else:
         config = resolve_preset(args.lazy, args.model)
     model, tokenizer = load_model(args.model)
@@ -214,8 +213,9 @@ def main() -> None:
 
 
 def write(args, results: list[dict]) -> None:
+    settings = {"lazy": args.config or args.lazy}  # what ran: a study's config, or a preset
     with open(args.output, "w") as f:
-        json.dump({"header": header(args.model, lazy=args.lazy), "cases": results}, f, indent=1)
+        json.dump({"header": header(args.model, **settings), "cases": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -27,6 +28,9 @@ from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import Response, encode_prompt, stream_generate
 from lazymlx.measure import BASELINE, Strategy
+
+if TYPE_CHECKING:
+    from lazymlx.session import ChatSession
 
 
 @dataclass
@@ -78,12 +82,12 @@ def run_case(
     if case.kind == "chat":
         from lazymlx.session import ChatSession
 
-        session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=FIRST_REPLY)
-        for message in case.segments[:-1]:
-            for _ in session.send(message):
+        session = ChatSession(model, tokenizer, lazy=lazy)
+        last = len(case.segments) - 1
+        for turn in range(last):
+            for _ in send_turn(session, case, turn):
                 pass
-        session.generation["max_tokens"] = case.max_tokens
-        return _collect(session.send(case.segments[-1]))
+        return _collect(send_turn(session, case, last))
     if case.kind == "kept-llm":
         from lazymlx.llm import LLM
 
@@ -110,6 +114,14 @@ def run_case(
             model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
         )
     )
+
+
+def send_turn(session: ChatSession, case: Case, turn: int) -> Iterator[Response]:
+    """A chat case's message `turn` sent as the eval sends it: the replies before the scored
+    (last) one are cut at FIRST_REPLY tokens, the scored one at the case's max_tokens."""
+    last = turn == len(case.segments) - 1
+    session.generation["max_tokens"] = case.max_tokens if last else FIRST_REPLY
+    return session.send(case.segments[turn])
 
 
 @dataclass
