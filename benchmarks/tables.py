@@ -3,6 +3,7 @@
 .venv/bin/python benchmarks/tables.py bench benchmarks/results/bench_2k.json ...
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
+.venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 from pathlib import Path
 
 from lazymlx.evals.runner import Record, read_records
-from lazymlx.evals.summary import ALL, summarize
+from lazymlx.evals.scoring import bootstrap_interval
+from lazymlx.evals.summary import ALL, agreement_strata, summarize
 
 
 def records(paths: list[Path]) -> list[Record]:
@@ -89,8 +91,10 @@ def families_table(paths: list[Path]) -> str:
             elif r["scored"] and r["kept_share"] is None:
                 cells.append(f"— (stock right in 0 of {r['scored']})")
             elif r["kept_share"] is None:
+                low, high = r["agreed_interval"]
                 cells.append(
-                    f"{r['identical']:.0%} identical, {r['agreed_tokens']:.1f} tokens agree"
+                    f"{r['identical']:.0%} identical, {r['agreed_tokens']:.1f} tokens agree "
+                    f"({low:.1f}-{high:.1f})"
                 )
             else:
                 cells.append(kept(r))
@@ -98,10 +102,53 @@ def families_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def freeform_table(paths: list[Path]) -> str:
+    """Free-form agreement per mode and length (the free-form families pooled), with a 95%
+    bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
+    the difference of the means with its interval (the twenty-fifth study's rule)."""
+    rows = [r for r in records(paths) if r.baseline_correct is None and r.mode != "baseline"]
+    groups: dict[tuple[str, int], list[Record]] = {}
+    for r in rows:
+        groups.setdefault((r.mode, r.length), []).append(r)
+    lines = [
+        "| mode | length | prompt tokens | cases | identical | tokens agree (95% CI) "
+        "| TTFT speedup | saved a prompt (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (mode, length), group in groups.items():
+        low, high = bootstrap_interval(agreement_strata(group))
+        timed = [r for r in group if r.baseline_ttft_s is not None]
+        speedup = saved = "—"
+        if timed:
+            speedup = f"{sum(r.baseline_ttft_s for r in timed) / sum(r.ttft_s for r in timed):.2f}x"
+            saved = f"{sum(r.baseline_ttft_s - r.ttft_s for r in timed) / len(timed):.2f}"
+        lines.append(
+            f"| {mode} | {length} | {min(r.prompt_tokens for r in group)}-"
+            f"{max(r.prompt_tokens for r in group)} | {len(group)} "
+            f"| {sum(r.identical for r in group)}/{len(group)} "
+            f"| {sum(r.agreed_tokens for r in group) / len(group):.1f} ({low:.1f}-{high:.1f}) "
+            f"| {speedup} | {saved} |"
+        )
+    for mode in dict.fromkeys(m for m, _ in groups):
+        lengths = sorted(length for m, length in groups if m == mode)
+        for shorter, longer in zip(lengths, lengths[1:], strict=False):
+            a, b = groups[mode, longer], groups[mode, shorter]
+            low, high = bootstrap_interval(agreement_strata(a), minus=agreement_strata(b))
+            difference = sum(r.agreed_tokens for r in a) / len(a) - sum(
+                r.agreed_tokens for r in b
+            ) / len(b)
+            lines.append(
+                f"\n{mode}: agreement at {longer} minus at {shorter}: "
+                f"{difference:+.1f} tokens (95% CI {low:+.1f} to {high:+.1f})"
+            )
+    return "\n".join(lines)
+
+
 TABLES = {
     "bench": bench_table,
     "eval": eval_table,
     "families": families_table,
+    "freeform": freeform_table,
 }
 
 

@@ -27,7 +27,7 @@ from lazymlx.evals.families import (
     suite_counts,
 )
 from lazymlx.evals.runner import Outcome, Record, right_cases, run_case
-from lazymlx.evals.scoring import common_prefix, wilson
+from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
 from lazymlx.segments import segment_ends, segment_max
 
@@ -112,6 +112,18 @@ def test_scoring_helpers():
     low, high = wilson(0, 5)
     assert low == 0 and high == pytest.approx(0.4345, abs=1e-3)
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_bootstrap_interval_of_a_mean_and_of_a_difference():
+    bimodal = [[0, 32, 32, 1, 32, 0, 32, 32]]  # free-form: followed to the end or parted early
+    low, high = bootstrap_interval(bimodal)
+    assert 0 < low < 20.125 < high <= 32
+    assert bootstrap_interval(bimodal) == (low, high)  # seeded: a table prints the same twice
+    assert bootstrap_interval([[5, 5], [7]]) == (17 / 3, 17 / 3)  # strata keep their sizes
+    low, high = bootstrap_interval([[32] * 10 + [30] * 10], minus=[[0] * 10 + [2] * 10])
+    assert 29 < low <= 30 <= high < 31
+    low, high = bootstrap_interval(bimodal, minus=bimodal)
+    assert low < 0 < high  # the same cases: no difference
 
 
 def test_segments_keep_a_sentence_whole(tiny):
@@ -247,6 +259,8 @@ def test_tallies_count_only_the_baselines_right_answers():
     assert rows["passkey", ALL]["kept"] == 2 and rows["passkey", ALL]["baseline_right"] == 3
     assert rows["freeform-text", 1024]["kept_share"] is None
     assert rows["freeform-text", 1024]["scored"] == 0  # free-form: nothing to score
+    assert rows["freeform-text", 1024]["agreed_interval"] == (3, 3)
+    assert one["agreed_interval"] is None  # scored: agreement is not the measure
     assert rows[ALL, 1024]["cases"] == 4 and rows[ALL, ALL]["cases"] == 5
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
@@ -30,3 +31,27 @@ def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
     low = 0.0 if successes == 0 else center - half
     high = 1.0 if successes == trials else center + half
     return low, high
+
+
+def bootstrap_interval(
+    strata: list[list[float]],
+    minus: list[list[float]] | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of the pooled mean of `strata`, or of that mean minus
+    `minus`'s pooled mean. Each stratum (a family at a length) is resampled within itself, so the
+    mix of families stays the one that ran. Free-form agreement is bimodal (a continuation
+    follows keep-all's to the end or parts early), which a normal interval misdescribes."""
+    rng = random.Random(seed)
+
+    def pooled_mean(groups: list[list[float]]) -> float:
+        values = [v for group in groups for v in rng.choices(group, k=len(group))]
+        return sum(values) / len(values)
+
+    strata = [group for group in strata if group]
+    minus = [group for group in minus or [] if group]
+    means = sorted(
+        pooled_mean(strata) - (pooled_mean(minus) if minus else 0.0) for _ in range(resamples)
+    )
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]

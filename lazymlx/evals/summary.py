@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 
 from lazymlx.evals.runner import Record
-from lazymlx.evals.scoring import wilson
+from lazymlx.evals.scoring import bootstrap_interval, wilson
 
 ALL = "all"
 
@@ -35,11 +35,21 @@ def tally(records: list[Record]) -> dict:
         "gained": sum(bool(r.correct) for r in scored if not r.baseline_correct),
         "identical": statistics.mean(r.identical for r in records),
         "agreed_tokens": statistics.mean(r.agreed_tokens for r in records),
+        # free-form groups only: where answers are scored, agreement is not the measure
+        "agreed_interval": None if scored else bootstrap_interval(agreement_strata(records)),
         "compute_fraction": statistics.mean(r.compute_fraction for r in records),
         "step_fraction": statistics.mean(r.step_fraction for r in records),
         "ttft_s": statistics.mean(r.ttft_s for r in records),
         "speedup": _speedup(records),
     }
+
+
+def agreement_strata(records: list[Record]) -> list[list[float]]:
+    """Tokens agreeing with the baseline's, one list per family and length (a bootstrap's strata)."""
+    strata: dict[tuple[str, int], list[float]] = {}
+    for r in records:
+        strata.setdefault((r.family, r.length), []).append(r.agreed_tokens)
+    return list(strata.values())
 
 
 def _speedup(records: list[Record]) -> float | None:
