@@ -111,7 +111,11 @@ diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
 # the twenty-fourth: every calibration family at 512 tokens (the threshold min_prompt), stock beside
 .venv/bin/python benchmarks/study.py --study twenty-fourth --lengths 512 --cases 4 \
   --journal $results/studies/twentyfourth_512.jsonl
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth') \
+# the twenty-fifth: the free-form families at 512 and 1k, 24 cases each (min_prompt by agreement)
+.venv/bin/python benchmarks/study.py --study twenty-fifth --families freeform --lengths 512,1k \
+  --cases 24 --journal $results/studies/twentyfifth_freeform.jsonl
+.venv/bin/python benchmarks/tables.py freeform $results/studies/twentyfifth_freeform.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the

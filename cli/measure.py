@@ -122,7 +122,11 @@ def bench(
 
 
 def kept_cell(row: dict) -> str:
-    """e.g. '12/13 92% [67-99%]': answers kept of the baseline's right ones, with the 95% interval."""
+    """e.g. '12/13 92% [67-99%]': answers kept of the baseline's right ones, with the 95% interval;
+    for free-form cases, e.g. '17.8 tok [10.8-25.0]': leading tokens agreeing with the baseline's."""
+    if row["agreed_interval"] is not None:
+        low, high = row["agreed_interval"]
+        return f"{row['agreed_tokens']:.1f} tok [{low:.1f}-{high:.1f}]"
     if row["kept_share"] is None:
         return "—"
     return (
@@ -137,7 +141,7 @@ EVAL_COLUMNS: list[Column] = [
     ("mode", "mode", str),
     ("cases", "cases", str),
     ("baseline_right", "baseline right", str),
-    ("kept_cell", "kept [95% CI]", str),
+    ("kept_cell", "kept or free-form agreement [95% CI]", str),
     ("gained", "gained", str),
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "computed", percent),

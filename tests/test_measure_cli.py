@@ -98,30 +98,34 @@ def test_bench_prompt_kinds(tiny, tmp_path: Path):
 def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Path, tmp_path):
     cache, journal = tmp_path / "baselines.json", tmp_path / "records.jsonl"
     args = [
-        "eval", "-m", str(tiny_model_dir), "--families", "passkey,kept", "--lengths", "1000",
+        "eval", "-m", str(tiny_model_dir), "--families", "passkey,kept,freeform-text",
+        "--lengths", "1000",
         "--cases", "2", "--lazy", "off,random", "--baselines", str(cache),
         "--journal", str(journal), "--output", "json",
     ]  # fmt: skip
     data = json.loads(invoke(*args))
-    assert data["split"] == "validation" and data["baselines_run"] == 4
+    assert data["split"] == "validation" and data["baselines_run"] == 6
     rows = {(r["family"], r["length"], r["mode"]): r for r in data["rows"]}
     for mode in ("baseline", "lazy:off", "random"):
         for family in ("passkey", "kept", "all"):
             row = rows[family, 1000, mode]
-            assert row["cases"] == (4 if family == "all" else 2)
+            assert row["cases"] == (6 if family == "all" else 2)
             assert {"baseline_right", "kept", "kept_low", "kept_high", "gained"} <= set(row)
         assert rows["all", 1000, mode]["compute_fraction"] <= 1
     assert rows["all", 1000, "lazy:off"]["identical"] == 1  # keep-all is the baseline
-    assert len(data["cases"]) == 12 == len(journal.read_text().splitlines())
+    assert len(data["cases"]) == 18 == len(journal.read_text().splitlines())
     assert {"text", "correct", "baseline_correct", "seed", "depth", "kind"} <= set(data["cases"][0])
     assert rows["all", 1000, "random"]["speedup"] > 0  # baselines ran in this run: timed
     again = json.loads(invoke(*args))  # every baseline is cached now: only the presets run
-    assert again["baselines_cached"] == 4 and again["baselines_run"] == 0
+    assert again["baselines_cached"] == 6 and again["baselines_run"] == 0
     assert all(row["speedup"] is None for row in again["rows"])  # another run's TTFT: no ratio
     tallied = json.loads(invoke("eval", "--records", str(journal), "-o", "json"))
-    assert len(tallied["cases"]) == 24 and tallied["rows"][0]["cases"] == 4
+    assert len(tallied["cases"]) == 36 and tallied["rows"][0]["cases"] == 4
     table = invoke("eval", "--records", str(journal))
-    assert "| family " in table and "kept [95% CI]" in table
+    assert "| family " in table and "kept or free-form agreement [95% CI]" in table
+    free = rows["freeform-text", 1000, "lazy:off"]  # keep-all continues as the baseline does
+    assert free["identical"] == 1 and free["agreed_interval"] == [free["agreed_tokens"]] * 2
+    assert f"{free['agreed_tokens']:.1f} tok [" in table
 
 
 def test_eval_resume_runs_only_what_the_journal_lacks(tiny_model_dir: Path, tmp_path, capsys):
