@@ -273,6 +273,11 @@ STUDIES: dict[str, dict[str, LazyConfig]] = {
     "twenty-fifth": {
         "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
     },
+    # no calibration study had run at 8k (stock answers little there but the passkey): the
+    # default on the passkey at 8k, a case at each of the five depths
+    "twenty-sixth": {
+        "0.2@67%, revive, past template (0.74)": schedule((0.67, 0.2), past_template=True),
+    },
 }
 
 
