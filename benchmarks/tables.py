@@ -102,6 +102,11 @@ def families_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def agreed(group: list[Record]) -> float:
+    """The mean number of leading tokens agreeing with the baseline's."""
+    return sum(r.agreed_tokens for r in group) / len(group)
+
+
 def freeform_table(paths: list[Path]) -> str:
     """Free-form agreement per mode and length (the free-form families pooled), with a 95%
     bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
@@ -126,7 +131,7 @@ def freeform_table(paths: list[Path]) -> str:
             f"| {mode} | {length} | {min(r.prompt_tokens for r in group)}-"
             f"{max(r.prompt_tokens for r in group)} | {len(group)} "
             f"| {sum(r.identical for r in group)}/{len(group)} "
-            f"| {sum(r.agreed_tokens for r in group) / len(group):.1f} ({low:.1f}-{high:.1f}) "
+            f"| {agreed(group):.1f} ({low:.1f}-{high:.1f}) "
             f"| {speedup} | {saved} |"
         )
     for mode in dict.fromkeys(m for m, _ in groups):
@@ -134,12 +139,9 @@ def freeform_table(paths: list[Path]) -> str:
         for shorter, longer in zip(lengths, lengths[1:], strict=False):
             a, b = groups[mode, longer], groups[mode, shorter]
             low, high = bootstrap_interval(agreement_strata(a), minus=agreement_strata(b))
-            difference = sum(r.agreed_tokens for r in a) / len(a) - sum(
-                r.agreed_tokens for r in b
-            ) / len(b)
             lines.append(
                 f"\n{mode}: agreement at {longer} minus at {shorter}: "
-                f"{difference:+.1f} tokens (95% CI {low:+.1f} to {high:+.1f})"
+                f"{agreed(a) - agreed(b):+.1f} tokens (95% CI {low:+.1f} to {high:+.1f})"
             )
     return "\n".join(lines)
 
