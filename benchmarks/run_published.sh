@@ -115,7 +115,10 @@ diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
 .venv/bin/python benchmarks/study.py --study twenty-fifth --families freeform --lengths 512,1k \
   --cases 24 --journal $results/studies/twentyfifth_freeform.jsonl
 .venv/bin/python benchmarks/tables.py freeform $results/studies/twentyfifth_freeform.jsonl
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth') \
+# the twenty-sixth: the default on the calibration passkey at 8k, a case at each depth
+.venv/bin/python benchmarks/study.py --study twenty-sixth --families passkey --lengths 8k --cases 5 \
+  --right-only --journal $results/studies/twentysixth_8k.jsonl
+.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
