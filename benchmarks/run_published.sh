@@ -167,6 +167,12 @@ for length in 1k 2k 4k; do validate --families freeform --lengths $length --lazy
 # then free-form at 8k (the suite's 2 cases a family; stock ran beside the second ones, which
 # were not cached)
 validate --families freeform --lengths 8k --lazy default
+# two widenings set down before any of their rows: the 8k passkey to the suite's five depths,
+# and the two-hop family at 1k to 60 cases (fast on every case, as before; the default on the
+# ones stock answers right)
+validate --families passkey --cases 5 --right-only --lengths 8k --lazy default
+validate --families twohop --cases 60 --lengths 1k --lazy fast
+validate --families twohop --cases 60 --right-only --lengths 1k --lazy default
 .venv/bin/python benchmarks/tables.py eval $results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families $results/eval/validation.jsonl
 
