@@ -26,9 +26,10 @@ from lazymlx.evals.families import (
     parse_families,
     suite_counts,
 )
-from lazymlx.evals.runner import Outcome, Record, right_cases, run_case
+from lazymlx.evals.runner import Outcome, Record, evaluate, right_cases, run_case
 from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
+from lazymlx.measure import Strategy
 from lazymlx.segments import segment_ends, segment_max
 
 LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
@@ -206,6 +207,13 @@ def test_right_cases_are_those_the_baseline_answers_and_uncached_ones_run_first(
     )
     assert picked == [right]  # the random model misses the uncached one; free-form has no gold
     assert ran == [(2, "baseline")] and cache.get(uncached) is not None  # run once, then cached
+    # a baseline this process ran first is timed beside the preset; one from another run is not
+    keep_all = Strategy("lazy:off", LazyConfig())
+    (_, here) = evaluate(model, tokenizer, [uncached], [keep_all], cache)
+    assert here.baseline_ttft_s is not None and here.baseline_ttft_s > 0
+    again = BaselineCache(model, tmp_path / "baselines.json")
+    (_, earlier) = evaluate(model, tokenizer, [uncached], [keep_all], again)
+    assert earlier.baseline_ttft_s is None
 
 
 @pytest.mark.parametrize("family", ["needle-docs", "followup", "kept", "chat"])

@@ -142,7 +142,7 @@ class Record:
     agreed_tokens: int  # how many first tokens equal the baseline's
     identical: bool  # every generated token equals the baseline's
     ttft_s: float
-    baseline_ttft_s: float | None  # None when the baseline came from the cache: another run
+    baseline_ttft_s: float | None  # None when the baseline ran in another run (the cache's)
     compute_fraction: float
     step_fraction: float
     generation_tps: float
@@ -202,8 +202,9 @@ def evaluate(
 ) -> list[Record]:
     """The baseline (from the cache, or run and cached) and each strategy on every case.
 
-    A TTFT speedup is a ratio within one run: where the baseline came from the cache (another
-    run, maybe another machine) its TTFT is not used (baseline_ttft_s None). Records already in
+    A TTFT speedup is a ratio within one run: where the baseline ran in another run (the cache's,
+    maybe another machine) its TTFT is not used (baseline_ttft_s None); one this process ran
+    (`right_cases` runs them first) is. Records already in
     `recorded` (an interrupted run's journal) are returned as they are, not run or reported again.
     """
     recorded = recorded or {}
@@ -257,9 +258,10 @@ def _baseline(
     baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None,
 ) -> tuple[Outcome, bool]:
-    """The case's baseline outcome and whether it ran now: from the cache, else run and cached."""
+    """The case's baseline outcome and whether this process ran it: from the cache, else run
+    and cached."""
     if (outcome := baselines.get(case)) is not None:
-        return outcome, False
+        return outcome, baselines.timed_here(case)
     if on_run:
         on_run(case, BASELINE)
     outcome = run_case(model, tokenizer, case, None)
