@@ -6,7 +6,10 @@ For each raw case, two runs of the prompt alone:
   tokens, so a fact whose key stopped at layer 7 while its value went on shows as such, and
   the depths of the prompt's last tokens (its question, which the scoring observes);
 - a keep-all pass that ranks the prompt's tokens at every layer by the preset's rule: the share a
-  prune at that layer must keep for a piece's every token to survive (1.0: it ranks last).
+  prune at that layer must keep for a piece's every token to survive (1.0: it ranks last);
+- stock mlx-lm's greedy answer and its margin: at each step until the gold has been written,
+  how far (in log-probability) its token led the runner-up, and the closest step, since an
+  answer stock itself nearly did not give can flip under any change to the context.
 For each chat case, the conversation as the eval runs it, stock mlx-lm and the preset side by
 side: every turn's two replies, and after each turn the depths of each planted piece's tokens
 (a later turn revives, so they can change), since a reply that parts from stock's changes the
@@ -41,7 +44,7 @@ from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
 from lazymlx.evals.families import Case, make_case, parse_families
 from lazymlx.evals.runner import send_turn
-from lazymlx.generation import encode_prompt
+from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, Ranker, _layer, prompt_step
 from lazymlx.presets import resolve_preset
@@ -104,6 +107,22 @@ def keep_all_ranks(model, tokenizer, config, prompt: list[int], pieces: list[lis
         scores = ranker.shape(ranker.rows(observed, cache, block.self_attn.scale, layer), tokens)
         shares.append([round(needed_share(scores, rows), 3) for rows in pieces])
     return shares
+
+
+def stock_margin(model, tokenizer, case: Case, prompt: list[int]) -> dict:
+    """Stock's greedy answer, and its closest step before the gold is written: the lead of its
+    token over the runner-up, in log-probability."""
+    text, steps = "", []
+    for response in stream_generate(model, tokenizer, prompt, case.max_tokens):
+        ranked = mx.argsort(-response.logprobs)[:2].tolist()
+        lead = (response.logprobs[ranked[0]] - response.logprobs[ranked[1]]).item()
+        steps.append((round(lead, 3), tokenizer.decode([ranked[0]]), tokenizer.decode([ranked[1]])))
+        text += response.text
+        if case.gold in text:
+            break
+    closest = min(steps)
+    return {"text": text, "right": case.correct(text), "min_lead": closest[0],
+            "token": closest[1], "runner_up": closest[2], "leads": [lead for lead, *_ in steps]}  # fmt: skip
 
 
 def chat_result(model, tokenizer, case: Case, config) -> dict:
@@ -205,10 +224,15 @@ def main() -> None:
                 "tail": [[tokenizer.decode([t]), d]
                          for t, d in zip(prompt[-TAIL:], depth[-TAIL:], strict=True)],
                 "needed": keep_all_ranks(model, tokenizer, config, prompt, pieces),
+                "stock": stock_margin(model, tokenizer, case, prompt),
             }
         )  # fmt: skip
-        asked = results[-1]["pieces"][0]
-        print(f"{family} {length} #{seed}: asked fact depths {asked['depths']}", flush=True)
+        asked, stock = results[-1]["pieces"][0], results[-1]["stock"]
+        print(
+            f"{family} {length} #{seed}: asked fact depths {asked['depths']}; stock's closest "
+            f"lead {stock['min_lead']} ({stock['token']!r} over {stock['runner_up']!r})",
+            flush=True,
+        )
         write(args, results)
 
 
