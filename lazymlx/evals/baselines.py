@@ -74,7 +74,7 @@ class BaselineCache:
         self.path = path or user_cache()
         self.own = _read(self.path)  # what the cache file holds (rewritten whole on each put)
         self.entries = _read(PACKAGED) | self.own
-        self.ran_here: set[str] = set()  # keys this process ran: their TTFT is this run's
+        self.ran_here: set[str] = set()  # keys this run put: their TTFT is this run's
         self.hits = self.misses = 0
 
     def key(self, case: Case) -> str:
@@ -96,7 +96,8 @@ class BaselineCache:
         return self.outcome(**entry["outcome"])
 
     def timed_here(self, case: Case) -> bool:
-        """Whether this process ran the case's baseline, so its TTFT can stand beside a preset's."""
+        """Whether this run (this cache object) ran the case's baseline, so its TTFT can stand
+        beside a preset's."""
         return self.key(case) in self.ran_here
 
     def put(self, case: Case, outcome: Outcome) -> None:

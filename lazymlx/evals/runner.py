@@ -203,7 +203,7 @@ def evaluate(
     """The baseline (from the cache, or run and cached) and each strategy on every case.
 
     A TTFT speedup is a ratio within one run: where the baseline ran in another run (the cache's,
-    maybe another machine) its TTFT is not used (baseline_ttft_s None); one this process ran
+    maybe another machine) its TTFT is not used (baseline_ttft_s None); one this run ran
     (`right_cases` runs them first) is. Records already in
     `recorded` (an interrupted run's journal) are returned as they are, not run or reported again.
     """
@@ -258,7 +258,7 @@ def _baseline(
     baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None,
 ) -> tuple[Outcome, bool]:
-    """The case's baseline outcome and whether this process ran it: from the cache, else run
+    """The case's baseline outcome and whether this run ran it: from the cache, else run
     and cached."""
     if (outcome := baselines.get(case)) is not None:
         return outcome, baselines.timed_here(case)

@@ -4,7 +4,8 @@
 sooner, so a case stock mlx-lm gets wrong says nothing about pruning (a strategy right there is
 counted as "gained"). Free-form cases have no gold; they are tallied by agreement with the
 baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group, over
-the cases whose baseline ran in the same run (a cached baseline's TTFT is another run's).
+the cases whose baseline ran in the same run (one read from an earlier run's cache is not
+timed beside them).
 """
 
 from __future__ import annotations
