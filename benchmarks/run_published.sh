@@ -118,6 +118,9 @@ diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
 # the twenty-sixth: the default on the calibration passkey at 8k, a case at each depth
 .venv/bin/python benchmarks/study.py --study twenty-sixth --families passkey --lengths 8k --cases 5 \
   --right-only --journal $results/studies/twentysixth_8k.jsonl
+# stock's margin on the calibration two-hops it answers right (a diagnosis, no knob)
+diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10,twohop:512:1 \
+  --lazy default --output $results/studies/diagnose_twohop_margins.json
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
