@@ -55,20 +55,23 @@ def bench_table(paths: list[Path]) -> str:
 
 
 def eval_table(paths: list[Path]) -> str:
-    """Per mode and length: answers kept with the 95% interval, compute, speedup, free-form."""
+    """Per mode and length: answers kept with the 95% interval, compute, and against stock in
+    the same run: TTFT, decode rate and peak memory."""
     rows = [r for r in summarize(records(paths)) if r["family"] == ALL]
     lines = [
         "| mode | length | cases | baseline right | kept (share, 95% CI) | gained "
-        "| prefill computed | TTFT speedup |",
-        "|---|---|---|---|---|---|---|---|",
+        "| prefill computed | TTFT speedup | decode vs stock | peak memory vs stock |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["mode"] == "baseline":
             continue
+        ratios = [r[k] for k in ("speedup", "decode_ratio", "peak_ratio")]
         lines.append(
             f"| {r['mode']} | {r['length']} | {r['cases']} | {r['baseline_right']} | {kept(r)} "
-            f"| {r['gained']} | {r['compute_fraction']:.0%} "
-            f"| {'—' if r['speedup'] is None else format(r['speedup'], '.2f') + 'x'} |"
+            f"| {r['gained']} | {r['compute_fraction']:.0%} | "
+            + " | ".join("—" if v is None else f"{v:.2f}x" for v in ratios)
+            + " |"
         )
     return "\n".join(lines)
 

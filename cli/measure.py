@@ -146,6 +146,8 @@ EVAL_COLUMNS: list[Column] = [
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "computed", percent),
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
+    ("decode_ratio", "decode vs stock", lambda v: "—" if v is None else ratio(v)),
+    ("peak_ratio", "peak memory vs stock", lambda v: "—" if v is None else ratio(v)),
 ]
 
 

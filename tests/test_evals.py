@@ -272,6 +272,19 @@ def test_tallies_count_only_the_baselines_right_answers():
     assert rows[ALL, 1024]["cases"] == 4 and rows[ALL, ALL]["cases"] == 5
 
 
+def test_decode_and_memory_are_set_beside_stock_from_the_same_run_only():
+    timed = _record("passkey", 1024, "lazy:x", True, True, ttft=1.0, base_ttft=2.0)
+    untimed = replace(timed, seed=1, baseline_ttft_s=None)  # stock from an earlier run's cache
+    stock = [
+        replace(timed, mode="baseline", ttft_s=2.0, generation_tps=8.0, peak_memory_gb=2.0),
+        replace(untimed, mode="baseline", ttft_s=3.0, generation_tps=1.0, peak_memory_gb=9.0),
+    ]
+    rows = {(r["mode"], r["length"]): r for r in summarize([*stock, timed, untimed])}
+    mine = rows["lazy:x", 1024]
+    assert mine["decode_ratio"] == 10.0 / 8.0 and mine["peak_ratio"] == 1.0 / 2.0
+    assert summarize([untimed, *stock])[0]["decode_ratio"] is None
+
+
 def test_calibration_chooses_the_cheapest_candidate_meeting_each_bar():
     def run(mode, fraction, lost):
         out = []

@@ -5,7 +5,7 @@ sooner, so a case stock mlx-lm gets wrong says nothing about pruning (a strategy
 counted as "gained"). Free-form cases have no gold; they are tallied by agreement with the
 baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group, over
 the cases whose baseline ran in the same run (one read from an earlier run's cache is not
-timed beside them).
+timed beside them); decode rate and peak memory are set beside stock's rows from that run.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ from collections.abc import Iterable
 
 from lazymlx.evals.runner import Record
 from lazymlx.evals.scoring import bootstrap_interval, wilson
+from lazymlx.measure import BASELINE
 
 ALL = "all"
 
+CaseKey = tuple[str, str, int, int]
 
-def tally(records: list[Record]) -> dict:
-    """One group's counts."""
+
+def tally(records: list[Record], stock: dict[CaseKey, Record] | None = None) -> dict:
+    """One group's counts; `stock`: stock's row of each case, for decode and memory ratios."""
+    beside = _beside(records, stock or {})
     scored = [r for r in records if r.baseline_correct is not None]
     right = [r for r in scored if r.baseline_correct]
     kept = sum(bool(r.correct) for r in right)
@@ -42,6 +46,8 @@ def tally(records: list[Record]) -> dict:
         "step_fraction": statistics.mean(r.step_fraction for r in records),
         "ttft_s": statistics.mean(r.ttft_s for r in records),
         "speedup": _speedup(records),
+        "decode_ratio": _ratio(beside, "generation_tps"),
+        "peak_ratio": _ratio(beside, "peak_memory_gb"),
     }
 
 
@@ -61,6 +67,39 @@ def _speedup(records: list[Record]) -> float | None:
     return sum(r.baseline_ttft_s for r in timed) / sum(r.ttft_s for r in timed)
 
 
+def _case(record: Record) -> CaseKey:
+    return (record.family, record.split, record.length, record.seed)
+
+
+def _stock_rows(records: Iterable[Record]) -> dict[CaseKey, Record]:
+    """Stock's row of each case, the first (a run over cached baselines writes it again)."""
+    stock: dict[CaseKey, Record] = {}
+    for r in records:
+        if r.mode == BASELINE:
+            stock.setdefault(_case(r), r)
+    return stock
+
+
+def _beside(records: list[Record], stock: dict[CaseKey, Record]) -> list[tuple[Record, Record]]:
+    """(row, stock's row) where stock ran in the same run: its TTFT is the one the row holds."""
+    pairs = []
+    for r in records:
+        base = stock.get(_case(r))
+        if base is not None and r.baseline_ttft_s is not None and base.ttft_s == r.baseline_ttft_s:
+            pairs.append((r, base))
+    return pairs
+
+
+def _ratio(pairs: list[tuple[Record, Record]], field: str) -> float | None:
+    """The rows' total of `field` over stock's, over the pairs where both measured it (an
+    answer of one token has no decode rate)."""
+    both = [(getattr(r, field), getattr(base, field)) for r, base in pairs]
+    both = [(mine, theirs) for mine, theirs in both if mine > 0 and theirs > 0]
+    if not both:
+        return None
+    return sum(mine for mine, _ in both) / sum(theirs for _, theirs in both)
+
+
 def _groups(records: Iterable[Record], key) -> dict[tuple, list[Record]]:
     groups: dict[tuple, list[Record]] = {}
     for record in records:
@@ -71,7 +110,7 @@ def _groups(records: Iterable[Record], key) -> dict[tuple, list[Record]]:
 def summarize(records: list[Record]) -> list[dict]:
     """Rows per mode: each family at each length, each family over all lengths, each length over
     all families, and everything; `family`/`length` is "all" in the pooled rows."""
-    rows = []
+    rows, stock = [], _stock_rows(records)
     for mode, mine in _groups(records, lambda r: (r.mode,)).items():
         families = list(dict.fromkeys(r.family for r in mine))
         lengths = sorted({r.length for r in mine})
@@ -81,14 +120,16 @@ def summarize(records: list[Record]) -> list[dict]:
                 if (family, length) in keyed:
                     rows.append(
                         {"mode": mode[0], "family": family, "length": length}
-                        | tally(keyed[family, length])
+                        | tally(keyed[family, length], stock)
                     )
             if len(lengths) > 1:
                 group = [r for r in mine if r.family == family]
-                rows.append({"mode": mode[0], "family": family, "length": ALL} | tally(group))
+                rows.append(
+                    {"mode": mode[0], "family": family, "length": ALL} | tally(group, stock)
+                )
         for length in lengths:
             group = [r for r in mine if r.length == length]
-            rows.append({"mode": mode[0], "family": ALL, "length": length} | tally(group))
+            rows.append({"mode": mode[0], "family": ALL, "length": length} | tally(group, stock))
         if len(lengths) > 1:
-            rows.append({"mode": mode[0], "family": ALL, "length": ALL} | tally(mine))
+            rows.append({"mode": mode[0], "family": ALL, "length": ALL} | tally(mine, stock))
     return rows
