@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lazymlx.evals.runner import Record, read_records
 from lazymlx.evals.scoring import bootstrap_interval
-from lazymlx.evals.summary import ALL, agreement_strata, summarize
+from lazymlx.evals.summary import ALL, agreement_strata, summarize, tally
 
 
 def records(paths: list[Path]) -> list[Record]:
@@ -105,11 +105,6 @@ def families_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def agreed(group: list[Record]) -> float:
-    """The mean number of leading tokens agreeing with the baseline's."""
-    return sum(r.agreed_tokens for r in group) / len(group)
-
-
 def freeform_table(paths: list[Path]) -> str:
     """Free-form agreement per mode and length (the free-form families pooled), with a 95%
     bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
@@ -123,18 +118,20 @@ def freeform_table(paths: list[Path]) -> str:
         "| TTFT speedup | saved a prompt (s) |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    tallies = {key: tally(group) for key, group in groups.items()}
     for (mode, length), group in groups.items():
-        low, high = bootstrap_interval(agreement_strata(group))
+        t = tallies[mode, length]
+        low, high = t["agreed_interval"]
         timed = [r for r in group if r.baseline_ttft_s is not None]
         speedup = saved = "—"
         if timed:
-            speedup = f"{sum(r.baseline_ttft_s for r in timed) / sum(r.ttft_s for r in timed):.2f}x"
+            speedup = f"{t['speedup']:.2f}x"
             saved = f"{sum(r.baseline_ttft_s - r.ttft_s for r in timed) / len(timed):.2f}"
         lines.append(
             f"| {mode} | {length} | {min(r.prompt_tokens for r in group)}-"
             f"{max(r.prompt_tokens for r in group)} | {len(group)} "
             f"| {sum(r.identical for r in group)}/{len(group)} "
-            f"| {agreed(group):.1f} ({low:.1f}-{high:.1f}) "
+            f"| {t['agreed_tokens']:.1f} ({low:.1f}-{high:.1f}) "
             f"| {speedup} | {saved} |"
         )
     for mode in dict.fromkeys(m for m, _ in groups):
@@ -142,9 +139,12 @@ def freeform_table(paths: list[Path]) -> str:
         for shorter, longer in zip(lengths, lengths[1:], strict=False):
             a, b = groups[mode, longer], groups[mode, shorter]
             low, high = bootstrap_interval(agreement_strata(a), minus=agreement_strata(b))
+            difference = (
+                tallies[mode, longer]["agreed_tokens"] - tallies[mode, shorter]["agreed_tokens"]
+            )
             lines.append(
                 f"\n{mode}: agreement at {longer} minus at {shorter}: "
-                f"{agreed(a) - agreed(b):+.1f} tokens (95% CI {low:+.1f} to {high:+.1f})"
+                f"{difference:+.1f} tokens (95% CI {low:+.1f} to {high:+.1f})"
             )
     return "\n".join(lines)
 

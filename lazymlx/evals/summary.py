@@ -13,16 +13,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from lazymlx.evals.runner import Record
+from lazymlx.evals.runner import Record, RecordKey, case_key
 from lazymlx.evals.scoring import bootstrap_interval, wilson
 from lazymlx.measure import BASELINE
 
 ALL = "all"
 
-CaseKey = tuple[str, str, int, int]
 
-
-def tally(records: list[Record], stock: dict[CaseKey, Record] | None = None) -> dict:
+def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -> dict:
     """One group's counts; `stock`: stock's row of each case, for decode and memory ratios."""
     beside = _beside(records, stock or {})
     scored = [r for r in records if r.baseline_correct is not None]
@@ -67,24 +65,20 @@ def _speedup(records: list[Record]) -> float | None:
     return sum(r.baseline_ttft_s for r in timed) / sum(r.ttft_s for r in timed)
 
 
-def _case(record: Record) -> CaseKey:
-    return (record.family, record.split, record.length, record.seed)
-
-
-def _stock_rows(records: Iterable[Record]) -> dict[CaseKey, Record]:
+def _stock_rows(records: Iterable[Record]) -> dict[RecordKey, Record]:
     """Stock's row of each case, the first (a run over cached baselines writes it again)."""
-    stock: dict[CaseKey, Record] = {}
+    stock: dict[RecordKey, Record] = {}
     for r in records:
         if r.mode == BASELINE:
-            stock.setdefault(_case(r), r)
+            stock.setdefault(case_key(r, BASELINE), r)
     return stock
 
 
-def _beside(records: list[Record], stock: dict[CaseKey, Record]) -> list[tuple[Record, Record]]:
+def _beside(records: list[Record], stock: dict[RecordKey, Record]) -> list[tuple[Record, Record]]:
     """(row, stock's row) where stock ran in the same run: its TTFT is the one the row holds."""
     pairs = []
     for r in records:
-        base = stock.get(_case(r))
+        base = stock.get(case_key(r, BASELINE))
         if base is not None and r.baseline_ttft_s is not None and base.ttft_s == r.baseline_ttft_s:
             pairs.append((r, base))
     return pairs
