@@ -11,7 +11,8 @@ of stock's token among the preset's there. Calibration cases only: this chooses 
 
     .venv/bin/python benchmarks/doubt.py --families twohop:36,freeform-text:24,lookalike:12 \\
         --lengths 1k --output benchmarks/results/studies/doubt_1k.json
-    .venv/bin/python benchmarks/doubt.py --summary benchmarks/results/studies/doubt_1k.json
+    .venv/bin/python benchmarks/doubt.py --summary benchmarks/results/studies/doubt_1k.json \\
+        benchmarks/results/studies/doubt_2k.json
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def summarise(cases: list[dict]) -> None:
     print(f"{len(cases)} calls; {len(parted)} part from stock; {len(lost)} lose a right answer")
     print("leads at the parting step:", sorted(round(c["leads"][c["parts_at"]], 3)
           for c in parted if c["parts_at"] < len(c["leads"])))  # fmt: skip
-    print("stock's token's rank there:", sorted(str(c["stock_rank"]) for c in parted))
+    print(
+        "where stock's token ranks there (0: the likeliest, 1: the runner-up):",
+        sorted(str(c["stock_rank"]) for c in parted),
+    )
     print("| threshold | parting calls caught | lost answers caught | fires at step 1 | "
           "fires anywhere | fires in calls that never part |")  # fmt: skip
     print("|---|---|---|---|---|---|")
@@ -102,11 +106,16 @@ def main() -> None:
     parser.add_argument("--lengths", default="1k")
     parser.add_argument("--lazy", default="default")
     parser.add_argument("--output")
-    parser.add_argument("--summary", help="print the table of an earlier run's output, run nothing")
+    parser.add_argument(
+        "--summary", nargs="+", help="print the table of earlier runs' outputs, pooled; run nothing"
+    )
     args = parser.parse_args()
     if args.summary:
-        with open(args.summary) as f:
-            summarise(json.load(f)["cases"])
+        pooled = []
+        for path in args.summary:
+            with open(path) as f:
+                pooled += json.load(f)["cases"]
+        summarise(pooled)
         return
     if not args.output:
         parser.error("--output is required unless --summary is given")

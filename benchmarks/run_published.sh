@@ -121,6 +121,11 @@ diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
 # stock's margin on the calibration two-hops it answers right (a diagnosis, no knob)
 diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10,twohop:512:1 \
   --lazy default --output $results/studies/diagnose_twohop_margins.json
+# the preset's own lead where it parts from stock (decides whether a doubt gate is built: no)
+.venv/bin/python benchmarks/doubt.py --lengths 1k --output $results/studies/doubt_1k.json \
+  --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
+.venv/bin/python benchmarks/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
+.venv/bin/python benchmarks/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
