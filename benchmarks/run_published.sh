@@ -205,6 +205,9 @@ $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --ou
 $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k_067.json
 $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k_067.json
 $lazymlx bench --prompt-len 8k --lazy default --gen-len 64 --repeats 1 --output json > $results/bench_8k_067_rerun.json
+# the next day, the engine unchanged: 2k again, then the default alone with three timed rounds
+$lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k_067_rerun.json
+$lazymlx bench --prompt-len 2k --lazy default --gen-len 64 --repeats 3 --output json > $results/bench_2k_067_rerun2.json
 .venv/bin/python benchmarks/tables.py bench $results/bench_2k_067.json $results/bench_8k_067.json
 
 # 4. Tensor parallelism over 3 local ranks (ring backend over loopback); the run at the
