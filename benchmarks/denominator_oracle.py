@@ -10,9 +10,14 @@ gave each token (`depth`: the layers that hold its KV):
 - "denominator": such a token keeps its logit in the softmax's denominator but its value is
   zeroed (it adds nothing but weight), the best a stand-in for the dropped tokens' share
   could do if it knew their logits;
+- "stale": nothing masked, but past its depth a token's keys and values come from its hidden
+  state where it stopped (its Aux slot), projected by each deeper layer: the dropped tokens stay
+  in the softmax with keys and values close to their own, at the cost of two projections a
+  token and layer instead of the whole block (a late layer changes the residual stream little);
 - "kept": nothing masked, keep-all (the baseline's answer; checks the loop once more).
 If "denominator" keeps the answers "removed" loses, the lead (a stand-in for the dropped
 tokens' share of the denominator in deeper layers) is worth building; if not, it is not.
+The same for "stale", a stand-in an engine can compute.
 
     .venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5 \\
         --lazy sparse --output benchmarks/results/studies/denominator_oracle_1k.json
@@ -32,19 +37,22 @@ from lazymlx.bench import header
 from lazymlx.blocks import rope_at
 from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
+from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import make_case, parse_families
+from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import encode_prompt
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import prompt_step
 from lazymlx.presets import resolve_preset
 from lazymlx.segments import segment_ends
 
-MODES = ("removed", "denominator", "kept")
+MODES = ("removed", "denominator", "stale", "kept")
 
 
 def oracle_generate(model, prompt: list[int], depth: mx.array, mode: str, max_tokens: int):
     """Greedy tokens with every token through every layer, a row's attention at layers past its
-    depth removed, reduced to its denominator share, or kept, by `mode`."""
+    depth removed, reduced to its denominator share, taken from its stopped state, or kept, by
+    `mode`."""
     state = LazyState(model)  # only for its adapter
     adapter = state.adapter
     keys: list[mx.array | None] = [None] * len(adapter.layers)
@@ -52,13 +60,19 @@ def oracle_generate(model, prompt: list[int], depth: mx.array, mode: str, max_to
     depths = depth.astype(mx.int32)
     tokens, out = mx.array(prompt), []
     start = 0
+    stopped = None  # per prompt row: the hidden state entering the layer it stopped at
     for _ in range(max_tokens):
         count = tokens.size
         positions = mx.arange(start, start + count, dtype=mx.int32)
         h = adapter.embed(tokens[None])
         for layer, block in enumerate(adapter.layers):
             attn = block.self_attn
-            q, k, v = adapter.queries_keys_values(attn, block.input_layernorm(h))
+            source = h
+            if mode == "stale" and start == 0:  # the prompt's rows: decode tokens never stop
+                stops = (depths[:count] == layer)[None, :, None]
+                stopped = mx.where(stops, h, h if stopped is None else stopped)
+                source = mx.where((depths[:count] > layer)[None, :, None], h, stopped)
+            q, k, v = adapter.queries_keys_values(attn, block.input_layernorm(source))
             q, k = rope_at(attn.rope, q, positions, start), rope_at(attn.rope, k, positions, start)
             keys[layer] = k if keys[layer] is None else mx.concatenate([keys[layer], k], axis=2)
             values[layer] = v if values[layer] is None else mx.concatenate([values[layer], v], 2)
@@ -96,10 +110,12 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--cases", required=True, help="family:length:seed,...")
     parser.add_argument("--lazy", default="sparse")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"some of {', '.join(MODES)}")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     model, tokenizer = load_model(args.model)
     config = resolve_preset(args.lazy, args.model)
+    baselines = BaselineCache(model)
     results = []
     for spec in args.cases.split(","):
         family, length, seed = spec.split(":")
@@ -112,10 +128,15 @@ def main() -> None:
         prompt_step(state, mx.array(prompt), config, ends=segment_ends(tokenizer), prune=True)
         depth = state.aux.depths()
         row = {"family": family, "length": length, "seed": seed, "gold": case.gold}
-        for mode in MODES:
-            text = tokenizer.decode(oracle_generate(model, prompt, depth, mode, case.max_tokens))
-            row[mode] = {"text": text, "correct": case.correct(text)}
-            print(f"{spec} {mode}: {case.correct(text)} {text!r}", flush=True)
+        stock = baselines.get(case)  # the leading tokens each mode shares with it, where cached
+        if stock is not None:
+            row["stock"] = {"text": stock.text, "correct": case.correct(stock.text)}
+        for mode in args.modes.split(","):
+            tokens = oracle_generate(model, prompt, depth, mode, case.max_tokens)
+            text = tokenizer.decode(tokens)
+            agreed = None if stock is None else common_prefix(tokens, stock.tokens)
+            row[mode] = {"text": text, "correct": case.correct(text), "agreed": agreed}
+            print(f"{spec} {mode}: {case.correct(text)}, {agreed} agree {text!r}", flush=True)
         results.append(row)
         with open(args.output, "w") as f:
             json.dump({"header": header(args.model, lazy=args.lazy), "cases": results}, f, indent=1)
