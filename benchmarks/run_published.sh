@@ -126,6 +126,11 @@ diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,tw
   --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
 .venv/bin/python benchmarks/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
 .venv/bin/python benchmarks/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
+# stale keys for the dropped tokens, an oracle (decides whether it is built: no)
+cases=twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10
+for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done
+.venv/bin/python benchmarks/denominator_oracle.py --cases $cases --lazy default --modes stale \
+  --output $results/studies/stale_oracle.json
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
