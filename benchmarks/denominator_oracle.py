@@ -2,7 +2,7 @@
 
 After a prune at layer L, deeper layers attend over the kept rows only: the attention the dropped
 tokens held there goes to the kept ones, and the sixteenth study found two-hop answers changed
-though every fact went through whole. This runs each case three ways with every token computed
+though every fact went through whole. This runs each case several ways (`--modes`) with every token computed
 at every layer (so it is an oracle, not an engine), using the depths the preset's prompt step
 gave each token (`depth`: the layers that hold its KV):
 - "removed": at a layer at or past its depth, a token is masked out of every query's attention,
@@ -21,6 +21,8 @@ The same for "stale", a stand-in an engine can compute.
 
     .venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5 \\
         --lazy sparse --output benchmarks/results/studies/denominator_oracle_1k.json
+    .venv/bin/python benchmarks/denominator_oracle.py --summary ORACLE.json \\
+        --engine benchmarks/results/studies/doubt_1k.json
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
 # isort: split
 import argparse
 import json
+import statistics
 
 import mlx.core as mx
 
@@ -39,7 +42,7 @@ from lazymlx.cache import LazyState
 from lazymlx.cli.app import load_model
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import make_case, parse_families
-from lazymlx.evals.scoring import common_prefix
+from lazymlx.evals.scoring import bootstrap_interval, common_prefix
 from lazymlx.generation import encode_prompt
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import prompt_step
@@ -105,14 +108,66 @@ def oracle_generate(model, prompt: list[int], depth: mx.array, mode: str, max_to
     return out
 
 
+def engine_agreement(run: dict) -> int:
+    """The leading tokens the engine's answer shares with stock's: up to where it parts, else
+    all of them (a free-form answer is 32 tokens)."""
+    return len(run["leads"]) if run["parts_at"] is None else run["parts_at"]
+
+
+def summarise(path: str, engine: list[str]) -> None:
+    """Each mode against the engine's own run of the same cases (`doubt.py`'s output): stock's
+    right answers kept, and the leading tokens agreeing with stock's on free-form cases, with a
+    bootstrap 95% interval of the mean paired difference (mode minus engine)."""
+    with open(path) as f:
+        cases = json.load(f)["cases"]
+    ran = {}
+    for run in engine:
+        with open(run) as f:
+            ran |= {(c["family"], c["length"], c["seed"]): c for c in json.load(f)["cases"]}
+    modes = [m for m in MODES if m in cases[0]]
+    right = [c for c in cases if c.get("stock", {}).get("correct")]
+    free = [c for c in cases if c["gold"] is None]
+    for mode in modes:
+        kept = sum(c[mode]["correct"] for c in right)
+        print(f"{mode}: {kept} of {len(right)} right answers kept", end="")
+        if free:
+            agreed = [c[mode]["agreed"] for c in free]
+            engine_agreed = [
+                engine_agreement(ran[c["family"], c["length"], c["seed"]]) for c in free
+            ]
+            differences = [[m - e for m, e in zip(agreed, engine_agreed, strict=True)]]
+            low, high = bootstrap_interval(differences)  # one stratum of paired differences
+            print(
+                f"; free-form: {statistics.mean(agreed):.1f} tokens agree, the "
+                f"engine {statistics.mean(engine_agreed):.1f}, difference "
+                f"{statistics.mean(differences[0]):+.1f} (95% CI {low:+.1f} to {high:+.1f})",
+                end="",
+            )
+        print()
+    print(f"the engine: {sum(ran[c['family'], c['length'], c['seed']]['kept'] for c in right)} "
+          f"of {len(right)} right answers kept")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--cases", required=True, help="family:length:seed,...")
+    parser.add_argument("--cases", help="family:length:seed,...")
     parser.add_argument("--lazy", default="sparse")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"some of {', '.join(MODES)}")
-    parser.add_argument("--output", required=True)
+    parser.add_argument(
+        "--modes", default="removed,denominator,kept", help=f"some of {', '.join(MODES)}"
+    )
+    parser.add_argument("--output")
+    parser.add_argument("--summary", help="an oracle output to compare with --engine; run nothing")
+    parser.add_argument("--engine", nargs="+", help="doubt.py's runs of the same cases")
     args = parser.parse_args()
+    if args.summary:
+        if not args.engine:
+            parser.error("--summary needs --engine: doubt.py's outputs for the same cases")
+        summarise(args.summary, args.engine)
+        return
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown or not args.cases or not args.output:
+        parser.error(f"give --cases, --output and --modes from {', '.join(MODES)}")
     model, tokenizer = load_model(args.model)
     config = resolve_preset(args.lazy, args.model)
     baselines = BaselineCache(model)

@@ -9,8 +9,8 @@ calibration case, the preset's greedy answer with each step's lead (likeliest ov
 log-probability), stock's answer from the baseline cache, the step where they part, and the rank
 of stock's token among the preset's there. Calibration cases only: this chooses a knob.
 
-    .venv/bin/python benchmarks/doubt.py --families twohop:36,freeform-text:24,lookalike:12 \\
-        --lengths 1k --output benchmarks/results/studies/doubt_1k.json
+    .venv/bin/python benchmarks/doubt.py --lengths 1k --output benchmarks/results/studies/doubt_1k.json \\
+        --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
     .venv/bin/python benchmarks/doubt.py --summary benchmarks/results/studies/doubt_1k.json \\
         benchmarks/results/studies/doubt_2k.json
 """

@@ -131,6 +131,8 @@ cases=twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,
 for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done
 .venv/bin/python benchmarks/denominator_oracle.py --cases $cases --lazy default --modes stale \
   --output $results/studies/stale_oracle.json
+.venv/bin/python benchmarks/denominator_oracle.py --summary $results/studies/stale_oracle.json \
+  --engine $results/studies/doubt_1k.json $results/studies/doubt_2k.json
 .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
 
@@ -213,7 +215,7 @@ $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 1 --ou
 $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k_067.json
 $lazymlx bench --prompt-len 8k --lazy default,fast --gen-len 64 --repeats 1 --output json > $results/bench_8k_067.json
 $lazymlx bench --prompt-len 8k --lazy default --gen-len 64 --repeats 1 --output json > $results/bench_8k_067_rerun.json
-# the next day, the engine unchanged: 2k again, then the default alone with three timed rounds
+# later the same day, the engine unchanged: 2k again, then the default alone with three timed rounds
 $lazymlx bench --prompt-len 2k --lazy default,fast --gen-len 64 --repeats 2 --output json > $results/bench_2k_067_rerun.json
 $lazymlx bench --prompt-len 2k --lazy default --gen-len 64 --repeats 3 --output json > $results/bench_2k_067_rerun2.json
 .venv/bin/python benchmarks/tables.py bench $results/bench_2k_067.json $results/bench_8k_067.json
