@@ -29,7 +29,8 @@ from lazymlx.bench import header
 from lazymlx.cli.app import load_model
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
-from lazymlx.evals.runner import run_case
+from lazymlx.evals.runner import baseline_outcome
+from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths
 from lazymlx.presets import resolve_preset
@@ -51,13 +52,14 @@ def preset_steps(model, tokenizer, case, config) -> list[dict]:
 
 def parting(steps: list[dict], stock: list[int]) -> tuple[int | None, int | None]:
     """The first step whose token differs from stock's (None: none does), and the rank of
-    stock's token among the preset's there (None past the 64 likeliest or past stock's end)."""
-    for index, step in enumerate(steps):
-        if index >= len(stock) or step["token"] != stock[index]:
-            if index >= len(stock) or stock[index] not in step["order"]:
-                return index, None
-            return index, step["order"].index(stock[index])
-    return (len(steps) if len(stock) > len(steps) else None), None
+    stock's token among the preset's there (None past the 64 likeliest or past either's end)."""
+    tokens = [step["token"] for step in steps]
+    if tokens == stock:
+        return None, None
+    index = common_prefix(tokens, stock)
+    if index == len(tokens) or index == len(stock) or stock[index] not in steps[index]["order"]:
+        return index, None
+    return index, steps[index]["order"].index(stock[index])
 
 
 def fires(case: dict, threshold: float, upto: int | None = None) -> bool:
@@ -131,10 +133,7 @@ def main() -> None:
     for case in cases:
         if case.kind != "raw":
             continue
-        stock = baselines.get(case)
-        if stock is None:
-            stock = run_case(model, tokenizer, case, None)
-            baselines.put(case, stock)
+        stock, _ = baseline_outcome(model, tokenizer, case, baselines, None)
         steps = preset_steps(model, tokenizer, case, config)
         parts_at, rank = parting(steps, stock.tokens)
         text = "".join(step["text"] for step in steps)

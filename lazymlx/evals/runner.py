@@ -218,7 +218,7 @@ def evaluate(
         todo = [s for s in strategies if case_key(case, s.mode) not in recorded]
         if not todo and case_key(case, BASELINE) in recorded:
             continue
-        baseline, fresh = _baseline(model, tokenizer, case, baselines, on_run)
+        baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, on_run)
         mine = []
         if case_key(case, BASELINE) not in recorded:
             mine.append(_record(case, BASELINE, baseline, baseline, fresh))
@@ -247,11 +247,11 @@ def right_cases(
     return [
         case
         for case in cases
-        if case.correct(_baseline(model, tokenizer, case, baselines, on_run)[0].text)
+        if case.correct(baseline_outcome(model, tokenizer, case, baselines, on_run)[0].text)
     ]
 
 
-def _baseline(
+def baseline_outcome(
     model: nn.Module,
     tokenizer: TokenizerWrapper,
     case: Case,
