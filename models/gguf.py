@@ -1,10 +1,12 @@
-"""Convert a Llama-architecture GGUF file into an mlx-lm model directory.
+"""Convert a GGUF file (llama, qwen2, qwen3, gemma3) into an mlx-lm model directory.
 
-`mx.load` reads GGUF directly; Q4_0, Q4_1 and Q8_0 tensors come back as MLX affine-quantized
-triples (weight, scales, biases; group size 32) and F16/F32 as arrays. We rename the tensors to
-the Hugging Face names mlx-lm expects, undo llama.cpp's q/k row permutation (so the model uses
-ordinary half-split rope), and write config.json, safetensors and a tokenizer. Quantized weights
-are kept where MLX has fast kernels for them (Metal) and dequantized to fp32 elsewhere.
+The header is read first (gguf_file.py, under a second) and everything the import can't handle
+is refused by name before a tensor is read: the architecture, a tensor type, a tensor with no
+counterpart in the mlx-lm model. Then each tensor is dequantized with gguf-py (every type
+llama.cpp writes), renamed to the Hugging Face names mlx-lm expects and undone where llama.cpp
+changed it (llama's q/k row interleaving, Gemma's norm weights stored with 1 added). On MLX's
+CPU backend the weights are stored fp32 (it has no fast quantized or half matmul); on a GPU
+backend matrices become MLX affine 8-bit (its fast kernels) and the rest bfloat16. config.json, safetensors and a tokenizer rebuilt from the metadata follow.
 """
 
 from __future__ import annotations
@@ -14,96 +16,147 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
+from gguf import GGMLQuantizationType as Q
 from mlx_lm.utils import make_shards
 
 from lazymlx.errors import LazymlxError
-from lazymlx.models.gguf_tokenizer import write_tokenizer
+from lazymlx.models.gguf_file import GGUFFile, read_header
+from lazymlx.models.gguf_tokenizer import check_tokenizer, write_tokenizer
 
-GGUF_GROUP_SIZE = 32  # every GGUF block format MLX reads quantized (Q4_0, Q4_1, Q8_0) uses 32
-SUPPORTED_ARCHITECTURES = ("llama",)
+Progress = Callable[[int, int], None]
 
-GGUF_TOP_LEVEL_NAMES = {
+# the types llama.cpp writes for these models
+QUANTIZED = {Q.Q2_K, Q.Q3_K, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_0, Q.Q5_1, Q.Q5_K, Q.Q6_K, Q.Q8_0}
+SUPPORTED_TYPES = QUANTIZED | {Q.F32, Q.F16, Q.BF16}
+GPU_GROUP_SIZE = 32  # GGUF blocks hold 32 weights (K-quants: sub-blocks of 16-32)
+
+TOP_LEVEL_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-GGUF_BLOCK_NAMES = {
+BLOCK_NAMES = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-_BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|scales|biases)")
-_TOP_TENSOR = re.compile(r"(\w+)\.(weight|scales|biases)")
-
-Progress = Callable[[int, int], None]
-
-
-def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
-    """Tensors and metadata, metadata as plain Python values."""
-    try:
-        tensors, raw = mx.load(str(path), return_metadata=True)
-    except (RuntimeError, ValueError) as error:
-        raise LazymlxError(f"cannot read {path} as GGUF ({error}); check the file") from None
-    metadata = {k: v.tolist() if isinstance(v, mx.array) else v for k, v in raw.items()}
-    return tensors, metadata
+# Gemma's block has a norm around each half: llama.cpp's ffn_norm is the one before the MLP
+GEMMA_BLOCK_NAMES = BLOCK_NAMES | {
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+_BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_TOP_TENSOR = re.compile(r"(\w+)\.(weight|bias)")
 
 
-def hf_name(gguf_name: str) -> str:
+@dataclass(frozen=True)
+class Architecture:
+    """What one GGUF architecture needs: its mlx-lm model type and how tensors map over."""
+
+    model_type: str
+    block_names: dict[str, str] = field(default_factory=lambda: BLOCK_NAMES)
+    interleaved_rope: bool = False  # llama.cpp permuted q/k rows for interleaved rope
+    norms_plus_one: bool = False  # llama.cpp stored the RMSNorm weights with 1 added
+    extra_config: Callable[[Callable[..., Any]], dict[str, Any]] = lambda get: {}
+
+
+def _gemma3_config(get: Callable[..., Any]) -> dict[str, Any]:
+    """llama.cpp fixes what Gemma 3's GGUF leaves out: local layers' rope base 10,000, one global
+    layer in six, and the query scale 1/sqrt(head_dim) (27B aside, which the 270M-12B are not)."""
+    head_dim = int(get("attention.key_length"))
+    return {
+        "sliding_window": int(get("attention.sliding_window")),
+        "sliding_window_pattern": 6,
+        "rope_local_base_freq": 10_000.0,
+        "query_pre_attn_scalar": head_dim,
+    }
+
+
+ARCHITECTURES = {
+    "llama": Architecture("llama", interleaved_rope=True),
+    "qwen2": Architecture("qwen2"),
+    "qwen3": Architecture("qwen3"),
+    "gemma3": Architecture(
+        "gemma3_text",
+        block_names=GEMMA_BLOCK_NAMES,
+        norms_plus_one=True,
+        extra_config=_gemma3_config,
+    ),
+}
+
+
+def architecture_of(gguf: GGUFFile) -> Architecture:
+    name = gguf.metadata.get("general.architecture")
+    if name not in ARCHITECTURES:
+        raise LazymlxError(
+            f"GGUF architecture {name!r} is not supported "
+            f"(supported: {', '.join(ARCHITECTURES)}); run it with llama.cpp, or add the family "
+            "to lazymlx/models/gguf.py"
+        )
+    return ARCHITECTURES[name]
+
+
+def hf_name(gguf_name: str, arch: Architecture) -> str:
     if match := _BLOCK_TENSOR.fullmatch(gguf_name):
         layer, part, kind = match.groups()
-        if part in GGUF_BLOCK_NAMES:
-            return f"model.layers.{layer}.{GGUF_BLOCK_NAMES[part]}.{kind}"
-    elif (match := _TOP_TENSOR.fullmatch(gguf_name)) and match.group(1) in GGUF_TOP_LEVEL_NAMES:
-        return f"{GGUF_TOP_LEVEL_NAMES[match.group(1)]}.{match.group(2)}"
+        if part in arch.block_names:
+            return f"model.layers.{layer}.{arch.block_names[part]}.{kind}"
+    elif (match := _TOP_TENSOR.fullmatch(gguf_name)) and match.group(1) in TOP_LEVEL_NAMES:
+        return f"{TOP_LEVEL_NAMES[match.group(1)]}.{match.group(2)}"
     raise LazymlxError(
-        f"GGUF tensor {gguf_name!r} has no Llama counterpart; is this a Llama model?"
+        f"GGUF tensor {gguf_name!r} has no counterpart in mlx-lm's {arch.model_type} model; "
+        "the file is not a plain text model of its architecture"
     )
 
 
-def unpermute_rope_rows(rows: mx.array, n_heads: int) -> mx.array:
-    """Undo llama.cpp's interleaving of q/k rows so half-split (non-traditional) rope applies.
-
-    Works on a weight and on its quantization scales/biases alike: it only reorders rows.
-    """
-    shape = rows.shape
-    return (
-        rows.reshape(n_heads, shape[0] // n_heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
-    )
-
-
-def llama_config(metadata: dict[str, Any], tensors: dict[str, mx.array]) -> dict[str, Any]:
-    architecture = metadata.get("general.architecture")
-    if architecture not in SUPPORTED_ARCHITECTURES:
-        raise LazymlxError(
-            f"GGUF architecture {architecture!r} is not supported "
-            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
-        )
-    if "rope_freqs.weight" in tensors:
+def check_supported(gguf: GGUFFile) -> Architecture:
+    """Everything that can refuse the file, from the header alone: before any tensor is read."""
+    arch = architecture_of(gguf)
+    if "rope_freqs.weight" in gguf.tensors:
         raise LazymlxError(
             "this GGUF uses Llama-3.1 rope frequency factors, which the import does not handle; "
             "use the model's mlx-community version instead"
         )
+    for info in gguf.tensors.values():
+        if info.qtype not in SUPPORTED_TYPES:
+            raise LazymlxError(
+                f"GGUF tensor {info.name!r} is stored as {info.qtype.name}, which the import does "
+                f"not read (it reads {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}); "
+                "use a K-quant or Q8_0 file of the model"
+            )
+        hf_name(info.name, arch)
+    check_tokenizer(gguf.metadata)
+    return arch
+
+
+def model_config(gguf: GGUFFile, arch: Architecture) -> dict[str, Any]:
+    metadata = gguf.metadata
+    prefix = metadata["general.architecture"]
 
     def get(key: str, default: Any = None) -> Any:
-        value = metadata.get(f"llama.{key}", default)
+        value = metadata.get(f"{prefix}.{key}", default)
         if value is None:
-            raise LazymlxError(f"GGUF metadata lacks llama.{key}; the file is incomplete")
+            raise LazymlxError(f"GGUF metadata lacks {prefix}.{key}; the file is incomplete")
         return value
 
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
     config: dict[str, Any] = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": arch.model_type,
         "hidden_size": hidden,
         "num_hidden_layers": int(get("block_count")),
         "intermediate_size": int(get("feed_forward_length")),
@@ -115,66 +168,69 @@ def llama_config(metadata: dict[str, Any], tensors: dict[str, mx.array]) -> dict
         "rope_traditional": False,
         "vocab_size": len(metadata["tokenizer.ggml.tokens"]),
         "max_position_embeddings": int(get("context_length", 4096)),
-        "tie_word_embeddings": "output.weight" not in tensors,
+        "tie_word_embeddings": "output.weight" not in gguf.tensors,
         "bos_token_id": metadata.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": metadata.get("tokenizer.ggml.eos_token_id"),
-    }
-    if metadata.get("llama.rope.scaling.type") == "linear":
-        config["rope_scaling"] = {
-            "type": "linear",
-            "factor": float(metadata["llama.rope.scaling.factor"]),
-        }
+    } | arch.extra_config(get)
+    if get("rope.scaling.type", "none") == "linear":
+        config["rope_scaling"] = {"type": "linear", "factor": float(get("rope.scaling.factor"))}
     return config
 
 
-def _bits(weight: mx.array, scales: mx.array) -> int:
-    return weight.shape[-1] * 32 // (scales.shape[-1] * GGUF_GROUP_SIZE)
+def unpermute_rope_rows(rows: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's interleaving of Llama q/k rows so half-split rope applies."""
+    shape = rows.shape
+    return (
+        rows.reshape(n_heads, shape[0] // n_heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    )
+
+
+def _gpu_bits(qtype: Q) -> int | None:
+    """The MLX affine bits for a GGUF matrix on a GPU (None: keep floats). MLX picks its own
+    grid per group, so 4 bits would add a second rounding as large as the file's own; 8 bits
+    keep every quantized type within 1/30 of its grid step (measured in tests/test_gguf.py)."""
+    return 8 if qtype in QUANTIZED else None
 
 
 def convert_weights(
-    tensors: dict[str, mx.array],
+    gguf: GGUFFile,
+    arch: Architecture,
     config: dict[str, Any],
     *,
     dequantize: bool,
     progress: Progress | None = None,
 ) -> dict[str, mx.array]:
-    """GGUF tensors → mlx-lm weights (fp32 when dequantize, else quantized triples kept)."""
+    """GGUF tensors → mlx-lm weights: fp32 when dequantize, else MLX 4/8-bit and bfloat16."""
     heads = {
         "self_attn.q_proj": config["num_attention_heads"],
         "self_attn.k_proj": config["num_key_value_heads"],
     }
     weights: dict[str, mx.array] = {}
-    quantized_bits: list[int] = []
-    names = [n for n in tensors if not n.endswith((".scales", ".biases"))]
-    for done, name in enumerate(names, 1):
-        base = name.removesuffix(".weight")
-        parts = {"weight": tensors[name]}
-        if f"{base}.scales" in tensors:
-            parts["scales"] = tensors[f"{base}.scales"]
-            parts["biases"] = tensors[f"{base}.biases"]
-        target = hf_name(name).removesuffix(".weight")
-        module = target.split(".", 3)[-1] if target.startswith("model.layers.") else ""
-        if module in heads:
-            parts = {k: unpermute_rope_rows(v, heads[module]) for k, v in parts.items()}
-        if "scales" in parts:
-            bits = _bits(parts["weight"], parts["scales"])
-            quantized_bits.append(bits)
-            if dequantize:
-                weight = mx.dequantize(
-                    parts["weight"], parts["scales"], parts["biases"], GGUF_GROUP_SIZE, bits
-                )
-                parts = {"weight": weight}
-        if dequantize:
-            parts = {"weight": parts["weight"].astype(mx.float32)}
-        for kind, value in parts.items():
-            weights[f"{target}.{kind}"] = value
-        mx.eval(list(parts.values()))
+    layers: dict[str, dict[str, int]] = {}
+    for done, info in enumerate(gguf.tensors.values(), 1):
+        target = hf_name(info.name, arch)
+        value = gguf.tensor(info.name)
+        module = target.split(".", 3)[-1].rsplit(".", 1)[0]
+        if arch.interleaved_rope and module in heads:
+            value = unpermute_rope_rows(value, heads[module])
+        if arch.norms_plus_one and target.endswith("norm.weight"):
+            value = value - 1.0
+        array = mx.array(value)
+        bits = None if dequantize or value.ndim != 2 else _gpu_bits(info.qtype)
+        if bits is not None:
+            base = target.removesuffix(".weight")
+            w, scales, biases = mx.quantize(array, GPU_GROUP_SIZE, bits)
+            new = {target: w, f"{base}.scales": scales, f"{base}.biases": biases}
+            layers[base] = {"group_size": GPU_GROUP_SIZE, "bits": bits}
+        else:
+            new = {target: array if dequantize else array.astype(mx.bfloat16)}
+        mx.eval(list(new.values()))
+        weights |= new
         if progress:
-            progress(done, len(names))
-    if quantized_bits and not dequantize:
-        # mlx-lm infers each layer's bits from its shapes; this only sets the default
-        most_common = max(set(quantized_bits), key=quantized_bits.count)
-        config["quantization"] = {"group_size": GGUF_GROUP_SIZE, "bits": most_common}
+            progress(done, len(gguf.tensors))
+    if layers:
+        # mlx-lm reads per-layer settings from the quantization config by module path
+        config["quantization"] = {"group_size": GPU_GROUP_SIZE, "bits": 8} | layers
     return weights
 
 
@@ -200,19 +256,20 @@ def convert_gguf(
     gguf_path: Path, out_dir: Path, *, dequantize: bool, progress: Progress | None = None
 ) -> Path:
     """Write an mlx-lm model directory at out_dir atomically: complete, or not there at all."""
-    tensors, metadata = read_gguf(gguf_path)
-    config = llama_config(metadata, tensors)
+    gguf = read_header(gguf_path)
+    arch = check_supported(gguf)
+    config = model_config(gguf, arch)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     staging.chmod(0o755)  # mkdtemp's 0o700 would make a shared models directory unreadable
     try:
-        weights = convert_weights(tensors, config, dequantize=dequantize, progress=progress)
+        weights = convert_weights(gguf, arch, config, dequantize=dequantize, progress=progress)
         save_weights(weights, staging)
+        del weights
         (staging / "config.json").write_text(json.dumps(config, indent=2))
-        write_tokenizer(metadata, staging)
-        (staging / "lazymlx_source.json").write_text(
-            json.dumps({"gguf": str(gguf_path), "dequantized": dequantize}, indent=2)
-        )
+        write_tokenizer(gguf.metadata, staging)
+        source = {"gguf": str(gguf_path), "dequantized": dequantize}
+        (staging / "lazymlx_source.json").write_text(json.dumps(source, indent=2))
         try:
             staging.rename(out_dir)
         except OSError:

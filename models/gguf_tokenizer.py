@@ -32,6 +32,9 @@ _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2's split: Llama 3's, but every digit on its own
+_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+_REGEX_SPLITS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
 
 
 def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
@@ -40,16 +43,11 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
         return byte_level
     if pre == "smollm":
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    if pre in ("llama-bpe", "llama3"):
-        return pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ]
-        )
-    raise LazymlxError(
-        f"GGUF pre-tokenizer {pre!r} is not supported (supported: gpt2, smollm, llama-bpe); "
-        "use the model's mlx-community version instead"
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_REGEX_SPLITS[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
 
 
@@ -64,6 +62,8 @@ def _byte_level_bpe(metadata: dict[str, Any]) -> Tokenizer:
             ignore_merges=pre in ("llama-bpe", "llama3"),
         )
     )
+    if pre == "qwen2":
+        tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = _pre_tokenizer(pre)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
@@ -118,16 +118,28 @@ def _adds_bos(metadata: dict[str, Any]) -> bool:
 
 
 _BUILDERS = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
+_BYTE_LEVEL_PRE = ("gpt2", "default", "smollm", *_REGEX_SPLITS)
 
 
-def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
+def check_tokenizer(metadata: dict[str, Any]) -> None:
+    """Refuse, from the metadata alone, a tokenizer this module can't rebuild."""
     kind = metadata.get("tokenizer.ggml.model")
     if kind not in _BUILDERS:
         raise LazymlxError(
             f"GGUF tokenizer model {kind!r} is not supported (supported: {', '.join(_BUILDERS)}); "
             "use the model's mlx-community version instead"
         )
-    tokenizer = _BUILDERS[kind](metadata)
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if kind == "gpt2" and pre not in _BYTE_LEVEL_PRE:
+        raise LazymlxError(
+            f"GGUF pre-tokenizer {pre!r} is not supported (supported: "
+            f"{', '.join(_BYTE_LEVEL_PRE)}); add its split to lazymlx/models/gguf_tokenizer.py"
+        )
+
+
+def build_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
+    check_tokenizer(metadata)
+    tokenizer = _BUILDERS[metadata["tokenizer.ggml.model"]](metadata)
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     token_types = metadata.get("tokenizer.ggml.token_type", [])
     tokenizer.add_special_tokens(
@@ -172,8 +184,9 @@ def tokenizer_config(metadata: dict[str, Any]) -> dict[str, Any]:
     }
     if "tokenizer.chat_template" in metadata:
         config["chat_template"] = metadata["tokenizer.chat_template"]
-    if "llama.context_length" in metadata:
-        config["model_max_length"] = int(metadata["llama.context_length"])
+    context = f"{metadata.get('general.architecture', 'llama')}.context_length"
+    if context in metadata:
+        config["model_max_length"] = int(metadata[context])
     return {k: v for k, v in config.items() if v is not None}
 
 

@@ -76,12 +76,12 @@ def test_quantized_import_keeps_quantized_layers(tiny_gguf, converted: Path, tmp
         isinstance(layer.self_attn.q_proj, nn.QuantizedLinear) and layer.self_attn.q_proj.bits == 8
     )
     assert (
-        isinstance(layer.self_attn.k_proj, nn.QuantizedLinear) and layer.self_attn.k_proj.bits == 4
+        isinstance(layer.self_attn.k_proj, nn.QuantizedLinear) and layer.self_attn.k_proj.bits == 8
     )
     assert isinstance(layer.mlp.down_proj, nn.Linear)  # F16 stays a plain layer
     fp32_model, _ = mlx_lm_load(str(converted))
     diff = mx.abs(model(mx.array([PROMPT]))[0] - fp32_model(mx.array([PROMPT]))[0]).max().item()
-    assert diff < 1e-2  # same dequantized values; F16 rounding of one layer and kernel order differ
+    assert diff < 5e-2  # requantized to MLX's 8-bit groups of 32, the rest bfloat16
 
 
 def test_tokenizer_matches_the_metadata(converted: Path):
