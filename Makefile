@@ -4,13 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL ?= smollm2-135m
+# the registry's models: the real-model tests run each of them
+MODELS ?= smollm2-135m qwen2.5-coder-0.5b gemma3-270m
 
-.PHONY: chat test setup openblas model lint
+.PHONY: chat test setup openblas model models lint
 
 chat: setup openblas model
 	$(BIN)/lazymlx chat --model $(MODEL)
 
-test: setup openblas model lint
+test: setup openblas models lint
 	$(BIN)/pytest
 
 lint: setup
@@ -39,3 +41,6 @@ openblas: setup
 
 model: setup
 	$(BIN)/lazymlx models pull $(MODEL)
+
+models: setup
+	for name in $(MODELS); do $(BIN)/lazymlx models pull $$name || exit 1; done

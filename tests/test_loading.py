@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -18,7 +21,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.models import loading
 from lazymlx.models.gguf import convert_gguf
 from lazymlx.models.loading import resolve
-from lazymlx.models.registry import DEFAULT_MODEL, converted_dir
+from lazymlx.models.registry import RegistryModel
 
 
 def test_model_directory(tiny_model_dir: Path):
@@ -104,12 +107,61 @@ def test_directory_without_config(tmp_path: Path):
         resolve(str(tmp_path))
 
 
-def test_registry_model_without_its_wheel_says_to_pull(monkeypatch, tmp_path: Path):
-    monkeypatch.setenv("LAZYMLX_MODELS_DIR", str(tmp_path))
-    monkeypatch.setattr(type(loading.REGISTRY[DEFAULT_MODEL]), "gguf_path", lambda self: None)
-    assert not converted_dir(DEFAULT_MODEL).exists()
-    with pytest.raises(LazymlxError, match="lazymlx models pull smollm2-135m"):
-        resolve(DEFAULT_MODEL)
+def part_wheel(folder: Path, package: str, payload: bytes) -> Path:
+    """A wheel holding one data file, as the registry's model wheels do (installed offline)."""
+    path = folder / f"{package}-1.0-py3-none-any.whl"
+    info = f"{package}-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{package}/__init__.py", "")
+        wheel.writestr(f"{package}/data/part.bin", payload)
+        wheel.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n"
+        )
+        wheel.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        wheel.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def split_model(tmp_path: Path, sha256: str | None = None) -> RegistryModel:
+    pieces = [b"GGUF-part-one;", b"part-two"]
+    wheels = [part_wheel(tmp_path, f"lzpart{i}", piece) for i, piece in enumerate(pieces)]
+    whole = b"".join(pieces)
+    return RegistryModel(
+        name="split",
+        title="a model in two wheels",
+        family="llama",
+        layers=1,
+        context=1,
+        instruct=True,
+        requirements=tuple(str(w) for w in wheels),
+        parts=tuple(f"lzpart{i}/data/part.bin" for i in range(len(pieces))),
+        size=len(whole),
+        sha256=sha256 or hashlib.sha256(whole).hexdigest(),
+    )
+
+
+def test_a_pull_joins_the_parts_and_checks_them(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("LAZYMLX_MODELS_DIR", str(tmp_path / "models"))
+    model = split_model(tmp_path)
+    seen = []
+    path = model.fetch(lambda done, total, label: seen.append((done, total, label)))
+    assert path.read_bytes() == b"GGUF-part-one;part-two" and path == model.gguf_path()
+    assert seen[0][0] == 0 and "pulling split" in seen[0][2]
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["split.gguf"]  # nothing else
+
+
+def test_a_pull_that_does_not_check_out_leaves_nothing(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("LAZYMLX_MODELS_DIR", str(tmp_path / "models"))
+    model = split_model(tmp_path, sha256="0" * 64)
+    with pytest.raises(LazymlxError, match="did not check out"):
+        model.fetch()
+    assert list((tmp_path / "models").iterdir()) == []
+    missing = replace(model, requirements=(str(tmp_path / "absent-1.0-py3-none-any.whl"),))
+    with pytest.raises(LazymlxError, match="could not install split's wheels"):
+        missing.fetch()
+    assert list((tmp_path / "models").iterdir()) == []
 
 
 @pytest.mark.real_model
