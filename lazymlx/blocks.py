@@ -46,11 +46,27 @@ def block_forward(
     queries = append_kv(adapter, block, cache, x, positions, first)
     observed = queries[:, :, -observe:]
     if last_only:
-        queries, x, mask = queries[:, :, -1:], x[:, -1:], None
+        queries, x = queries[:, :, -1:], x[:, -1:]
+        mask = mask[-1:] if isinstance(mask, mx.array) else None
     keys, values = cache.fetch()
     out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=attn.scale, mask=mask)
-    h = x + attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
-    return h + block.mlp(block.post_attention_layernorm(h)), observed
+    attended = attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
+    return adapter.finish_block(block, x, attended), observed
+
+
+def attention_mask(
+    cache: LazyKVCache, at: mx.array, window: int | None, ordered: bool = True
+) -> str | mx.array | None:
+    """The mask for tokens at positions `at` about to join the cache's rows: causal on original
+    positions, and within `window` positions on a sliding-window layer. ordered: the tokens
+    come after every cached row (a new step's own tokens), where MLX's "causal" is exact."""
+    if ordered and window is None:
+        return "causal" if at.size > 1 else None
+    rows = mx.concatenate([cache.row_positions(), at])
+    mask = rows[None] <= at[:, None]
+    if window is not None:
+        mask = mask & (at[:, None] - rows[None] < window)
+    return mask
 
 
 def append_kv(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,10 @@ from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
 
 GROWTH = 256  # buffers grow in steps, like mlx-lm's KVCache, so appending one token never copies
+# A sliding-window layer keeps this many positions beyond its window, so a context can still be
+# trimmed back by that much (a reused conversation drops its last decode token), and drops rows
+# only this many at a time, so a decode step rarely copies its cache.
+FORGET_SLACK = 256
 
 
 def _grown(buffer: mx.array | None, used: int, needed: int, shape: tuple, dtype, axis: int):
@@ -49,14 +54,22 @@ def _grown(buffer: mx.array | None, used: int, needed: int, shape: tuple, dtype,
 
 
 class LazyKVCache(_BaseCache):
-    """One layer's keys and values for the tokens computed there, with their positions."""
+    """One layer's keys and values for the tokens computed there, with their positions.
 
-    def __init__(self) -> None:
+    On a sliding-window layer (Gemma 3's local layers) a query sees only the last `window`
+    positions, so rows older than every query still to come are dropped (`forget_before`), as
+    mlx-lm's RotatingKVCache bounds stock's memory; `forgotten` records how far.
+    """
+
+    def __init__(self, window: int | None = None) -> None:
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.positions: mx.array | None = None  # int32 rows → original position
         self.rows = 0
         self.offset = 0  # the next position: tokens in the context, pruned ones included
+        self.window = window
+        self.forgotten = 0  # rows at positions below this may have been dropped
+        self.next_check = 0  # LazyState.forget_out_of_window looks again from this position
 
     def append(self, keys: mx.array, values: mx.array, positions: mx.array) -> None:
         """Add rows for tokens at `positions` (already rotated keys), after every cached row."""
@@ -75,6 +88,25 @@ class LazyKVCache(_BaseCache):
 
     def row_positions(self) -> mx.array:
         return self.positions[: self.rows] if self.rows else mx.array([], mx.int32)
+
+    def forget_before(self, position: int) -> None:
+        """Drop the rows of positions below `position` (a sliding-window layer's, which no query
+        still to come can reach)."""
+        if position <= self.forgotten:
+            return
+        self.forgotten = position
+        if not self.rows:
+            return
+        keep = np.flatnonzero(np.array(self.row_positions()) >= position)
+        if len(keep) < self.rows:
+            self._keep_rows(keep)
+
+    def _keep_rows(self, keep: np.ndarray) -> None:
+        index = mx.array(keep.astype(np.int32))
+        self.keys = self.keys[..., index, :]
+        self.values = self.values[..., index, :]
+        self.positions = self.positions[index]
+        self.rows = len(keep)
 
     # mlx-lm's cache protocol: what the model's own forward pass and generate_step call
 
@@ -109,33 +141,36 @@ class LazyKVCache(_BaseCache):
         return self.keys.nbytes + self.values.nbytes + self.positions.nbytes
 
     @property
-    def state(self) -> tuple[mx.array, mx.array, mx.array, int]:
+    def state(self) -> tuple[mx.array, mx.array, mx.array, int, int]:
         keys, values = self.fetch() if self.rows else (mx.array([]), mx.array([]))
-        return keys, values, self.row_positions(), self.offset
+        return keys, values, self.row_positions(), self.offset, self.forgotten
 
     @state.setter
-    def state(self, value: tuple[mx.array, mx.array, mx.array, int]) -> None:
-        keys, values, positions, offset = value
+    def state(self, value: tuple) -> None:
+        keys, values, positions, offset, *forgotten = value  # files before windows: 4 entries
         self.rows = positions.size
         self.keys, self.values = (keys, values) if self.rows else (None, None)
         self.positions = positions.astype(mx.int32) if self.rows else None
         self.offset = int(offset)
+        self.forgotten = int(forgotten[0]) if forgotten else 0
+        self.window, self.next_check = None, 0  # the window is the model's: LazyState sets it
 
     def is_trimmable(self) -> bool:
         return True
 
+    def trimmable_to(self, offset: int) -> bool:
+        """Whether the layer still holds every row a token at `offset` would attend to."""
+        return self.window is None or self.forgotten <= max(0, offset - self.window)
+
     def trim(self, n: int) -> int:
-        """Forget the last n positions (rows of revived older tokens stay)."""
+        """Forget the last n positions (rows of revived older tokens stay); LazyState.trimmable_to
+        says first whether a sliding-window layer kept what the shorter context needs."""
         n = min(self.offset, n)
         self.offset -= n
         if self.rows:
             keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
             if len(keep) < self.rows:
-                index = mx.array(keep.astype(np.int32))
-                self.keys = self.keys[..., index, :]
-                self.values = self.values[..., index, :]
-                self.positions = self.positions[index]
-                self.rows = len(keep)
+                self._keep_rows(keep)
         return n
 
 
@@ -238,13 +273,16 @@ class LazyState(list):
         self.adapter: LlamaAdapter = adapter_for(model)
         self.num_layers = len(self.adapter.layers)
         self.dtype = self.adapter.embed(mx.array([0])).dtype
+        windows = self.adapter.sliding_windows
         if entries is None:
-            entries = [LazyKVCache() for _ in range(self.num_layers)] + [LazyAux()]
+            entries = [LazyKVCache(window) for window in windows] + [LazyAux()]
         if len(entries) != self.num_layers + 1 or not isinstance(entries[-1], LazyAux):
             raise LazymlxError(
                 f"this saved context does not fit the model: {len(entries) - 1} layers cached, "
                 f"the model has {self.num_layers}; load it with the model that saved it"
             )
+        for cache, window in zip(entries[:-1], windows, strict=True):
+            cache.window = window
         super().__init__(entries)
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
 
@@ -265,6 +303,37 @@ class LazyState(list):
     def tokens(self) -> list[int]:
         """The context's token ids (read from the device)."""
         return self.aux.ids[: self.offset].tolist() if self.offset else []
+
+    def forget_out_of_window(self, layer: int, before: int) -> None:
+        """On a sliding-window layer, drop the rows no query still to come can reach: older than
+        `window` (plus FORGET_SLACK) before both `before` (the first position the coming
+        computation adds there) and the first token still to be computed there (one pruned
+        earlier, which a later step may revive). It looks once every FORGET_SLACK positions,
+        so a decode step rarely reads the device or copies rows."""
+        cache = self[layer]
+        if cache.window is None or before < cache.next_check:
+            return
+        reach = before - cache.window - FORGET_SLACK
+        if reach - cache.forgotten < FORGET_SLACK:
+            return
+        cache.next_check = before + FORGET_SLACK
+        depths = self.aux.depths()
+        waiting = mx.where(depths <= layer, mx.arange(depths.size), depths.size)
+        first_waiting = int(mx.min(waiting).item()) if depths.size else 0
+        cache.forget_before(min(reach, first_waiting - cache.window - FORGET_SLACK))
+
+    def forget_out_of_windows(self, before: int, ranked: Container[int]) -> None:
+        """forget_out_of_window on every layer but the `ranked` ones (a config's pruning layers,
+        whose ranking reads every row)."""
+        if self.adapter.windowed:
+            for layer in range(self.num_layers):
+                if layer not in ranked:
+                    self.forget_out_of_window(layer, before)
+
+    def trimmable_to(self, offset: int) -> bool:
+        """Whether the context can be cut back to its first `offset` tokens: every
+        sliding-window layer still holds the rows the next token there would attend to."""
+        return all(cache.trimmable_to(offset) for cache in self.layers)
 
     def pairs(self, start: int = 0, end: int | None = None) -> int:
         """(token, layer) pairs computed for positions start..end, each exactly once: the depths."""

@@ -59,8 +59,10 @@ class Context:
         can't be trimmed that far (a rotating window) starts over."""
         offset = cached_length(self.cache)
         keep = max(0, min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1))
-        if trim_prompt_cache(self.cache, offset - keep) != offset - keep:  # e.g. a rotating cache
-            self.cache, keep = make_prompt_cache(model), 0  # (a LazyState always trims)
+        if self.lazy and not self.cache.trimmable_to(keep):  # its windows forgot what's needed
+            self.cache, keep = LazyState(model), 0
+        elif trim_prompt_cache(self.cache, offset - keep) != offset - keep:  # a rotating cache
+            self.cache, keep = make_prompt_cache(model), 0
         self.tokens = list(tokens)
         return keep
 

@@ -26,7 +26,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lazymlx import distributed
-from lazymlx.blocks import attention_scores, block_forward
+from lazymlx.blocks import attention_mask, attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
 from lazymlx.prefill import Progress, Ranker, prompt_step
@@ -92,7 +92,12 @@ class LazyModel(nn.Module):
         return self.pending is not None
 
     def _forward(self, inputs: mx.array) -> mx.array:
-        """The model's own forward pass over the lazy context (sparse decode, unpruned prompts)."""
+        """The model's own forward pass over the lazy context (sparse decode, unpruned prompts).
+
+        A sliding-window layer needs its own mask over its own rows, which differ by layer
+        once a context is pruned, and the model builds one mask for all: such models go
+        through the engine's blocks, every layer in turn.
+        """
         state = self.context
         start = state.offset
         state.aux.extend(inputs[0], depth=state.num_layers)
@@ -100,7 +105,18 @@ class LazyModel(nn.Module):
             state.record += [
                 (layer, list(range(start, state.offset))) for layer in range(state.num_layers)
             ]
-        return self.model(inputs, cache=state.layers)
+        if not state.adapter.windowed:
+            return self.model(inputs, cache=state.layers)
+        state.forget_out_of_windows(start, self.config.pruning_layers(state.num_layers))
+        adapter, h = state.adapter, state.adapter.embed(inputs)
+        positions = mx.arange(start, state.offset, dtype=mx.int32)
+        for cache, block, window in zip(
+            state.layers, adapter.layers, adapter.sliding_windows, strict=True
+        ):
+            mask = attention_mask(cache, positions, window)
+            h, _ = block_forward(adapter, block, cache, h, positions, start, mask)
+            cache.offset = state.offset
+        return adapter.logits(h[:, -1:])
 
     def reviving(self) -> bool:
         """Whether this decode step revives: the policy says so and some token is pruned."""
@@ -144,6 +160,7 @@ def revive_step(
     ranker = Ranker(config, state.offset, ends) if config.revive_shaped else None
     keep = config.pruning_layers(num_layers)
     position = state.offset
+    state.forget_out_of_windows(position, keep)
     counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
     aux.extend(inputs[0], depth=num_layers)
     h = adapter.embed(inputs)
@@ -151,10 +168,8 @@ def revive_step(
     revived = 0
     for layer, block in enumerate(adapter.layers):
         cache = state[layer]
-        mask = None
-        if revived:  # revived queries see rows at their own position or earlier
-            rows = mx.concatenate([cache.row_positions(), positions])
-            mask = rows[None] <= positions[:, None]
+        # revived queries see rows at their own position or earlier
+        mask = attention_mask(cache, positions, adapter.sliding_windows[layer], ordered=not revived)
         deepest = layer == num_layers - 1
         first = None if revived else position
         h, query = block_forward(adapter, block, cache, h, positions, first, mask, deepest)

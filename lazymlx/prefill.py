@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from lazymlx.blocks import append_kv, attention_scores, block_forward
+from lazymlx.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.cache import LazyAux, LazyKVCache, LazyState
 from lazymlx.config import Keep, LazyConfig
 from lazymlx.segments import segment_max
@@ -164,8 +164,9 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         cache = state[layer]
         deepest = layer == num_layers - 1
         h, observed = _layer(
-            state, layer, block, h, positions, first, revived, chunk, deepest, config.window
-        )
+            state, layer, block, h, positions, first, revived, chunk, deepest, config.window,
+            forget=layer not in keep,
+        )  # fmt: skip
         cache.offset = end
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
@@ -284,10 +285,12 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     return back_h[:, order], back_positions[order]
 
 
-def _layer(state, layer, block, h, positions, first, revived, chunk, deepest, window):
+def _layer(state, layer, block, h, positions, first, revived, chunk, deepest, window, forget):
     """One layer over the carried tokens in chunks (revived ones first); their outputs and the
-    last `window` queries of the step's own tokens."""
+    last `window` queries of the step's own tokens. forget: a sliding-window layer drops the
+    rows its next chunks can't reach (not at a pruning layer, whose ranking reads every row)."""
     adapter, cache = state.adapter, state[layer]
+    sliding = adapter.sliding_windows[layer]
     count, outputs, observed = positions.size, [], None
     for begin in range(0, revived, chunk):  # earlier positions among cached rows: masked
         x, at = (
@@ -298,20 +301,21 @@ def _layer(state, layer, block, h, positions, first, revived, chunk, deepest, wi
             append_kv(adapter, block, cache, x, at, None)
             mx.eval(cache.keys, cache.values, cache.positions)
             continue
-        rows = mx.concatenate([cache.row_positions(), at])
-        mask = rows[None] <= at[:, None]
+        mask = attention_mask(cache, at, sliding, ordered=False)
         out, _ = block_forward(adapter, block, cache, x, at, None, mask)
         mx.eval(out, cache.keys, cache.values, cache.positions)
         outputs.append(out)
     for begin in range(revived, count, chunk):
         x, at = h[:, begin : begin + chunk], positions[begin : begin + chunk]
         run = None if first is None else first + begin - revived
+        if forget and cache.window is not None:
+            state.forget_out_of_window(layer, int(at[0].item()) if run is None else run)
         last_chunk = begin + chunk >= count
         if deepest and not last_chunk:
             append_kv(adapter, block, cache, x, at, run)
             mx.eval(cache.keys, cache.values, cache.positions)
             continue
-        mask = "causal" if at.size > 1 else None
+        mask = attention_mask(cache, at, sliding)
         out, queries = block_forward(adapter, block, cache, x, at, run, mask, deepest, window)
         # a short last chunk observes with the previous chunk's last queries too
         observed = queries if observed is None else mx.concatenate([observed, queries], axis=2)

@@ -1,15 +1,18 @@
 """How the engine takes an mlx-lm model apart: embedding, per-block query/key/value, head.
 
 The engine runs its own layer loop but every computation goes through the model's own modules,
-so weights, quantization and rope scaling stay mlx-lm's. Families differ only in how a block
-turns its normed input into queries, keys and values (biases live inside the Linear modules;
-Qwen3 adds per-head RMS norms), so an adapter is that one method.
+so weights, quantization and rope scaling stay mlx-lm's. Families differ in how a block turns
+its normed input into queries, keys and values (biases live inside the Linear modules; Qwen3
+and Gemma 3 add per-head RMS norms), in how the attention output and the MLP join the residual
+stream (Gemma 3 norms both), in the embedding's scale, and in which layers attend only to a
+sliding window of recent positions (Gemma 3: five layers in six).
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.gemma3_text import clip_residual
 
 from lazymlx.errors import LazymlxError
 
@@ -27,6 +30,12 @@ class LlamaAdapter:
         self.head_dim = getattr(model.args, "head_dim", None) or (
             self.hidden_size // model.args.num_attention_heads
         )
+        # per layer: the sliding window a layer attends over (positions), None for all of them
+        self.sliding_windows: list[int | None] = [None] * len(self.layers)
+
+    @property
+    def windowed(self) -> bool:
+        return any(self.sliding_windows)
 
     def embed(self, tokens: mx.array) -> mx.array:
         return self.model.model.embed_tokens(tokens)
@@ -51,6 +60,11 @@ class LlamaAdapter:
     def normed_heads(self, attn: nn.Module, q: mx.array, k: mx.array) -> tuple[mx.array, mx.array]:
         return q, k
 
+    def finish_block(self, block: nn.Module, x: mx.array, attended: mx.array) -> mx.array:
+        """The block's output from its input and its attention output (after o_proj)."""
+        h = x + attended
+        return h + block.mlp(block.post_attention_layernorm(h))
+
 
 class Qwen3Adapter(LlamaAdapter):
     """Qwen3: RMS norms on each query and key head before rope."""
@@ -59,11 +73,32 @@ class Qwen3Adapter(LlamaAdapter):
         return attn.q_norm(q), attn.k_norm(k)
 
 
+class Gemma3Adapter(Qwen3Adapter):
+    """Gemma 3: a scaled embedding, norms after attention and around the MLP, sliding windows."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        window = model.args.sliding_window
+        self.sliding_windows = [
+            window if block.self_attn.is_sliding else None for block in self.layers
+        ]
+
+    def embed(self, tokens: mx.array) -> mx.array:
+        h = super().embed(tokens)
+        return h * mx.array(self.hidden_size**0.5, mx.bfloat16).astype(h.dtype)  # as mlx-lm
+
+    def finish_block(self, block: nn.Module, x: mx.array, attended: mx.array) -> mx.array:
+        h = clip_residual(x, block.post_attention_layernorm(attended))
+        mlp = block.mlp(block.pre_feedforward_layernorm(h))
+        return clip_residual(h, block.post_feedforward_layernorm(mlp))
+
+
 ADAPTERS: dict[str, type[LlamaAdapter]] = {
     "llama": LlamaAdapter,
     "mistral": LlamaAdapter,
     "qwen2": LlamaAdapter,
     "qwen3": Qwen3Adapter,
+    "gemma3_text": Gemma3Adapter,
 }
 
 

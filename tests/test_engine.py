@@ -12,7 +12,13 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
-from conftest import assert_keep_all_reproduces_stock, engine_greedy, random_model, random_tokens
+from conftest import (
+    assert_keep_all_reproduces_stock,
+    engine_greedy,
+    random_model,
+    random_tokens,
+    stock_greedy,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
@@ -43,10 +49,11 @@ def quantized(model):
         lambda: random_model("mistral"),
         lambda: random_model("qwen2"),
         lambda: random_model("qwen3"),
+        lambda: random_model("gemma3_text"),
         lambda: random_model("llama", tie_word_embeddings=False),
         lambda: quantized(random_model("llama")),
     ],
-    ids=["llama", "mistral", "qwen2", "qwen3", "untied-head", "quantized-4bit"],
+    ids=["llama", "mistral", "qwen2", "qwen3", "gemma3", "untied-head", "quantized-4bit"],
 )
 @pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine-prefill"])
 @pytest.mark.parametrize("chunk", [2048, 32])
@@ -92,9 +99,10 @@ def assert_each_pair_once_and_depths_agree(state: LazyState) -> None:
     assert state.pairs() == counts.sum()
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
 @pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
-def test_each_pair_is_computed_at_most_once(config):
-    model = random_model(num_layers=8)
+def test_each_pair_is_computed_at_most_once(config, family):
+    model = random_model(family, num_layers=8)
     state = LazyState(model)
     state.record = []
     prompt = random_tokens(200)
@@ -688,3 +696,74 @@ def test_prompts_under_min_prompt_run_whole_and_match_keep_all():
     for layer, positions in computed.items():
         earlier = sorted(p for p in positions if p < 100)
         assert earlier == [p for p in moved.tolist() if before[p] <= layer < after[p]]
+
+
+def window_rows(state: LazyState) -> list[int]:
+    return [cache.rows for cache in state.layers if cache.window is not None]
+
+
+@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine-prefill"])
+def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
+    """Gemma 3's local layers see the last 24 positions here: rows older than every query still
+    to come are dropped, as stock's rotating cache drops them, and nothing else changes."""
+    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    model = random_model("gemma3_text")  # window 24, a global layer in 3
+    prompt = random_tokens(200)
+    state = LazyState(model)
+    ours, our_logprobs = engine_greedy(model, prompt, 32, config, state, chunk=32)
+    theirs, their_logprobs = stock_greedy(model, prompt, 32)
+    assert ours == theirs
+    for a, b in zip(our_logprobs, their_logprobs, strict=True):
+        assert mx.abs(a - b).max().item() < 1e-4
+    ranked = config.pruning_layers(state.num_layers)  # a ranking layer reads every row
+    for layer, cache in enumerate(state.layers):
+        whole = cache.window is None or layer in ranked
+        assert cache.rows == state.offset if whole else cache.rows <= 24 + 4 * 8 < state.offset
+
+
+@pytest.mark.parametrize("config", [AGGRESSIVE, REVIVING], ids=["sparse", "revive"])
+def test_forgetting_out_of_window_rows_changes_no_pruned_answer(monkeypatch, config):
+    """Rows are dropped only past the first token still waiting at a layer (a pruned one a later
+    step may revive), so pruning, revival and every log-prob are those of a context that forgets
+    nothing; every pair is still computed once."""
+    model = random_model("gemma3_text", num_layers=8)
+    prompt = random_tokens(300)
+    runs = []
+    for slack in (10**9, 8):
+        monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", slack)
+        state = LazyState(model)
+        state.record = []
+        runs.append((engine_greedy(model, prompt, 48, config, state, chunk=64), state))
+    (kept, kept_state), (forgot, forgot_state) = runs
+    assert forgot[0] == kept[0]
+    for a, b in zip(forgot[1], kept[1], strict=True):
+        assert mx.abs(a - b).max().item() < 1e-5
+    assert sum(window_rows(forgot_state)) < sum(window_rows(kept_state))
+    counts = pair_counts(forgot_state)
+    depth = np.array(forgot_state.aux.depths())
+    assert np.array_equal(counts, (np.arange(8)[None, :] < depth[:, None]).astype(np.int32))
+    for layer, cache in enumerate(forgot_state.layers):
+        rows = set(np.array(cache.row_positions()).tolist())
+        computed = set(np.flatnonzero(depth > layer).tolist())
+        assert rows <= computed and {p for p in computed if p >= cache.forgotten} <= rows
+
+
+def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_path):
+    """A context cut back before what its windows kept can't be trimmed there: reuse starts a
+    new one (as for stock's rotating cache); saved and loaded, it remembers how far it forgot."""
+    from lazymlx.contexts import Context
+
+    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    model = random_model("gemma3_text")
+    prompt = random_tokens(200)
+    context = Context(LazyState(model))
+    engine_greedy(model, prompt, 1, LazyConfig(), context.cache)
+    context.tokens = list(prompt)
+    assert context.reuse(prompt + [5, 6], model) == 200  # a continuation keeps everything
+    saved = tmp_path / "context.safetensors"
+    context.cache.save(saved)
+    loaded = LazyState.load(saved, model)
+    assert [c.forgotten for c in loaded.layers] == [c.forgotten for c in context.cache.layers]
+    assert [c.window for c in loaded.layers] == [c.window for c in context.cache.layers]
+    assert context.reuse(prompt[:100] + [7, 8], model) == 0
+    assert isinstance(context.cache, LazyState) and context.cache.offset == 0
