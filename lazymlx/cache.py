@@ -30,6 +30,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
 from lazymlx import distributed
+from lazymlx.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
 
@@ -99,9 +100,10 @@ class LazyKVCache(_BaseCache):
             return
         keep = np.flatnonzero(np.array(self.row_positions()) >= position)
         if len(keep) < self.rows:
-            self._keep_rows(keep)
+            self.keep_rows(keep)
 
-    def _keep_rows(self, keep: np.ndarray) -> None:
+    def keep_rows(self, keep: np.ndarray) -> None:
+        """Keep only the rows at these indices (in this order)."""
         index = mx.array(keep.astype(np.int32))
         self.keys = self.keys[..., index, :]
         self.values = self.values[..., index, :]
@@ -170,7 +172,7 @@ class LazyKVCache(_BaseCache):
         if self.rows:
             keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
             if len(keep) < self.rows:
-                self._keep_rows(keep)
+                self.keep_rows(keep)
         return n
 
 
@@ -181,6 +183,10 @@ class LazyAux(_BaseCache):
     Everything is on the device, so a decode step (whose token id mlx-lm keeps on the device
     while it pipelines) never waits for the host. `depth_counts` is the host's copy of how many
     tokens sit at each depth, kept exact by the revival policy without reading the device.
+
+    For exact completion (lazymlx/complete.py) a context also keeps each token's output of the
+    first pruning layer (`base`, where `based`), where recomputing it starts, and
+    `inexact_from`: the first position whose deeper KV may differ from stock's.
     """
 
     def __init__(self) -> None:
@@ -189,6 +195,9 @@ class LazyAux(_BaseCache):
         self.hidden: mx.array | None = None  # (positions, hidden size): the Aux slots
         self.length = 0
         self.depth_counts: np.ndarray | None = None
+        self.base: mx.array | None = None  # (positions, hidden size)
+        self.based: mx.array | None = None  # bool per position
+        self.inexact_from: int | None = None
 
     def extend(self, tokens: mx.array, depth: int) -> None:
         """New tokens at the end of the context, at `depth` until a step says otherwise."""
@@ -198,6 +207,11 @@ class LazyAux(_BaseCache):
         if self.hidden is not None:
             shape = (tokens.size, self.hidden.shape[1])
             self.hidden = _grown(self.hidden, start, end, shape, self.hidden.dtype, 0)
+        if self.base is not None:
+            shape = (tokens.size, self.base.shape[1])
+            self.base = _grown(self.base, start, end, shape, self.base.dtype, 0)
+            self.based = _grown(self.based, start, end, (tokens.size,), mx.bool_, 0)
+            self.based[start:end] = False
         self.ids[start:end] = tokens.astype(mx.int32)
         self.depth[start:end] = depth
         self.length = end
@@ -210,6 +224,20 @@ class LazyAux(_BaseCache):
         if self.hidden is None:
             self.hidden = mx.zeros((self.ids.shape[0], hidden_size), dtype)
 
+    def keep_base(self, positions: mx.array, hidden: mx.array) -> None:
+        """Note the tokens' outputs of the first pruning layer (hidden: (tokens, hidden size))."""
+        if self.base is None:
+            self.base = mx.zeros((self.ids.shape[0], hidden.shape[-1]), hidden.dtype)
+            self.based = mx.zeros((self.ids.shape[0],), mx.bool_)
+        self.base[positions] = hidden
+        self.based[positions] = True
+
+    def mark_inexact(self, position: int) -> None:
+        """Tokens from `position` on may hold KV that differs from stock's (a step pruned)."""
+        self.inexact_from = min(
+            position, self.inexact_from if self.inexact_from is not None else position
+        )
+
     def depths(self) -> mx.array:
         return self.depth[: self.length]
 
@@ -221,20 +249,25 @@ class LazyAux(_BaseCache):
         return self.depth_counts
 
     @property
-    def state(self) -> tuple[mx.array, mx.array, mx.array]:
+    def state(self) -> tuple[mx.array, mx.array, mx.array, int]:
+        """Saved: ids, depths, Aux slots and inexact_from (-1: none); not the bases, so exact
+        completion of a loaded context recomputes its tokens from the first layer."""
+        inexact = -1 if self.inexact_from is None else self.inexact_from
         if not self.length:
-            return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([])
+            return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([]), inexact
         hidden = mx.array([]) if self.hidden is None else self.hidden[: self.length]
-        return self.ids[: self.length], self.depths(), hidden
+        return self.ids[: self.length], self.depths(), hidden, inexact
 
     @state.setter
-    def state(self, value: tuple[mx.array, mx.array, mx.array]) -> None:
-        ids, depth, hidden = value
+    def state(self, value: tuple) -> None:
+        ids, depth, hidden, *inexact = value  # files before completion: 3 entries
         self.length = ids.size
         self.ids = ids.astype(mx.int32) if self.length else None
         self.depth = depth.astype(mx.int32) if self.length else None
         self.hidden = hidden if hidden.size else None
         self.depth_counts = None
+        self.base = self.based = None
+        self.inexact_from = int(inexact[0]) if inexact and int(inexact[0]) >= 0 else None
 
     def is_trimmable(self) -> bool:
         return True
@@ -243,6 +276,8 @@ class LazyAux(_BaseCache):
         n = min(self.length, n)
         self.length -= n
         self.depth_counts = None
+        if self.inexact_from is not None and self.inexact_from >= self.length:
+            self.inexact_from = None
         return n
 
     def empty(self) -> bool:
@@ -253,7 +288,8 @@ class LazyAux(_BaseCache):
         if self.ids is None:
             return 0
         slots = 0 if self.hidden is None else self.hidden.nbytes
-        return slots + self.depth.nbytes + self.ids.nbytes
+        bases = 0 if self.base is None else self.base.nbytes + self.based.nbytes
+        return slots + bases + self.depth.nbytes + self.ids.nbytes
 
 
 # mlx-lm's load_prompt_cache rebuilds caches by class name from its own module
@@ -285,6 +321,7 @@ class LazyState(list):
             cache.window = window
         super().__init__(entries)
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
+        self.config: LazyConfig | None = None  # the config of its latest step (completion's)
 
     @property
     def layers(self) -> list[LazyKVCache]:
@@ -308,8 +345,9 @@ class LazyState(list):
         """On a sliding-window layer, drop the rows no query still to come can reach: older than
         `window` (plus FORGET_SLACK) before both `before` (the first position the coming
         computation adds there) and the first token still to be computed there (one pruned
-        earlier, which a later step may revive). It looks once every FORGET_SLACK positions,
-        so a decode step rarely reads the device or copies rows."""
+        earlier, which a later step may revive, or one exact completion will recompute). It
+        looks once every FORGET_SLACK positions, so a decode step rarely reads the device or
+        copies rows."""
         cache = self[layer]
         if cache.window is None or before < cache.next_check:
             return
@@ -320,6 +358,8 @@ class LazyState(list):
         depths = self.aux.depths()
         waiting = mx.where(depths <= layer, mx.arange(depths.size), depths.size)
         first_waiting = int(mx.min(waiting).item()) if depths.size else 0
+        if self.aux.inexact_from is not None:  # exact completion recomputes from there
+            first_waiting = min(first_waiting, self.aux.inexact_from)
         cache.forget_before(min(reach, first_waiting - cache.window - FORGET_SLACK))
 
     def forget_out_of_windows(self, before: int, ranked: Container[int]) -> None:
@@ -370,9 +410,24 @@ class LazyState(list):
                 f"{available / 1e9:.1f} GB allows; shorten the prompt"
             )
 
-    def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    @property
+    def complete(self) -> bool:
+        """Whether completing it (lazymlx/complete.py) has nothing left to do."""
+        from lazymlx.complete import pending
+
+        return self.config is None or not pending(self, self.config)
+
+    def save(
+        self, path: str | Path, metadata: dict[str, str] | None = None, complete: bool = True
+    ) -> None:
         """Write the context in mlx-lm's prompt-cache format, atomically (a group's: every
-        rank's heads, written by rank 0)."""
+        rank's heads, written by rank 0); complete it first (its config's completion) unless
+        `complete` is False. The metadata says whether the file is complete."""
+        if complete and self.config is not None:
+            from lazymlx.complete import complete as finish
+
+            finish(self, self.config)
+        metadata = (metadata or {}) | {"complete": "true" if self.complete else "false"}
         entries, metadata = distributed.whole_heads(list(self), metadata)
         distributed.on_leader(save_prompt_cache_atomic, path, entries, metadata)
 

@@ -24,6 +24,11 @@ DECODE_MODES = ("sparse", "revive")
 SELECTIONS = ("attention", "static", "random")
 # How the attention of the query heads becomes one score per token.
 HEAD_REDUCTIONS = ("mean", "max")
+# What idle time does with a pruned context kept for later turns (lazymlx/complete.py). "fill":
+# every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
+# pair computed once. "exact": every token is recomputed from the first pruning layer down, so
+# the context's KV is stock's. "off": nothing (batch use).
+COMPLETIONS = ("fill", "exact", "off")
 
 
 class Keep(NamedTuple):
@@ -107,6 +112,9 @@ class LazyConfig:
         saves little and changes everyday answers.
     selection: how pruning layers rank tokens, one of SELECTIONS.
     seed: for random selection, so a random-drop run can be repeated exactly.
+    complete: what idle time does with a pruned context kept for later turns (a chat, the
+        server's kept conversations, a saved context), one of COMPLETIONS. It never delays an
+        answer: it runs in small units between requests, and a request arriving stops it.
     """
 
     schedule: tuple[tuple[float, float], ...] = ()
@@ -129,6 +137,7 @@ class LazyConfig:
     min_prompt: int = 0
     selection: str = "attention"
     seed: int = 0
+    complete: str = "fill"
 
     def __post_init__(self) -> None:
         for name in (
@@ -186,6 +195,10 @@ class LazyConfig:
         if self.decode not in DECODE_MODES:
             raise LazymlxError(
                 f"unknown decode mode {self.decode!r}; choose one of: {', '.join(DECODE_MODES)}"
+            )
+        if self.complete not in COMPLETIONS:
+            raise LazymlxError(
+                f"unknown completion {self.complete!r}; choose one of: {', '.join(COMPLETIONS)}"
             )
         if self.selection not in SELECTIONS:
             raise LazymlxError(
@@ -304,7 +317,10 @@ class LazyConfig:
             else "later prompt steps revive what a whole-context prune keeps"
             + ("" if self.prompt_revive is None else f" (at most {self.prompt_revive} a layer)")
         )
-        return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}, {later}"
+        idle = (
+            "" if self.complete == "off" else f", idle time completes the context ({self.complete})"
+        )
+        return f"{', '.join(steps)}{sinks}{ranked}, decode {decode}, {later}{idle}"
 
 
 def _check_depth(depth: float, name: str) -> None:

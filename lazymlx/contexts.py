@@ -97,9 +97,16 @@ class ContextPool:
 
 
 def save_context(
-    path: str | Path, context: Context, model_name: str, preset: str, **extra: Any
+    path: str | Path,
+    context: Context,
+    model_name: str,
+    preset: str,
+    complete: bool = True,
+    **extra: Any,
 ) -> None:
-    """Write a context file atomically: mlx-lm's format, with model, version, preset and tokens."""
+    """Write a context file atomically: mlx-lm's format, with model, version, preset, tokens and
+    whether it is complete. A lazy context is completed first (lazymlx/complete.py), so later
+    questions find the whole document, unless `complete` is False."""
     from lazymlx import __version__
 
     metadata = {
@@ -108,6 +115,10 @@ def save_context(
         "preset": preset,
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
+    if context.lazy:
+        distributed.on_leader(check_save_path, path)
+        context.cache.save(path, metadata, complete=complete)
+        return
     entries, metadata = distributed.whole_heads(list(context.cache), metadata)
     distributed.on_leader(
         lambda: save_prompt_cache_atomic(check_save_path(path), entries, metadata)
@@ -155,7 +166,8 @@ def load_context(
         extra = {
             key: json.loads(value)
             for key, value in metadata.items()
-            if key not in ("model", "lazymlx", "preset", "tokens", distributed.GROUP_SIZE)
+            if key
+            not in ("model", "lazymlx", "preset", "tokens", "complete", distributed.GROUP_SIZE)
         }
     except json.JSONDecodeError:
         raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None

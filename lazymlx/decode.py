@@ -50,6 +50,7 @@ class LazyModel(nn.Module):
         config.check_retrieval_heads(state.num_layers, state.adapter.num_heads * distributed.size())
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
+        state.config = config  # what completing the context later follows
         self.ends = ends  # which token ids end a segment, for configs keeping whole segments
         self.remaining = prompt_length  # prompt tokens not yet seen
         # a short prompt runs whole, but over a pruned context it still goes through the lazy
@@ -107,15 +108,16 @@ class LazyModel(nn.Module):
             ]
         if not state.adapter.windowed:
             return self.model(inputs, cache=state.layers)
-        state.forget_out_of_windows(start, self.config.pruning_layers(state.num_layers))
+        keep = self.config.pruning_layers(state.num_layers)
+        state.forget_out_of_windows(start, keep)
         adapter, h = state.adapter, state.adapter.embed(inputs)
         positions = mx.arange(start, state.offset, dtype=mx.int32)
-        for cache, block, window in zip(
-            state.layers, adapter.layers, adapter.sliding_windows, strict=True
-        ):
-            mask = attention_mask(cache, positions, window)
+        for layer, (cache, block) in enumerate(zip(state.layers, adapter.layers, strict=True)):
+            mask = attention_mask(cache, positions, adapter.sliding_windows[layer])
             h, _ = block_forward(adapter, block, cache, h, positions, start, mask)
             cache.offset = state.offset
+            if self.config.complete == "exact" and layer == min(keep, default=None):
+                state.aux.keep_base(positions, h[0])  # exact completion restarts here
         return adapter.logits(h[:, -1:])
 
     def reviving(self) -> bool:
@@ -174,6 +176,8 @@ def revive_step(
         first = None if revived else position
         h, query = block_forward(adapter, block, cache, h, positions, first, mask, deepest)
         cache.offset = position + 1
+        if config.complete == "exact" and layer == min(keep):  # exact completion restarts here
+            aux.keep_base(positions[-1:], h[0, -1:])
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if deepest or layer not in keep:

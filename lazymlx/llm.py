@@ -11,8 +11,14 @@ resends its history, as an OpenAI-style client does, only computes its new token
     for response in stream:          # on a worker thread; stream.cancel() from the UI
         ui.append(response.text)
 
+Between requests the generation thread completes the kept contexts that pruning left partly
+computed (lazymlx/complete.py), least recently used first, one layer chunk at a time, so a
+request arriving waits at most for the unit in progress and the next question over a kept
+conversation finds its context whole.
+
 In a group of ranks (mlx.launch; lazymlx/distributed.py) rank 0's LLM takes the requests and hands
-each to the other ranks before running it; theirs `follow()` and run the same. They stop a
+each to the other ranks before running it; theirs `follow()` and run the same (idle completion
+too, unit by unit, so every rank computes the same rows in the same order). They stop a
 cancelled request at the same token or layer as rank 0, and rank 0 beats every HEARTBEAT_S
 while idle, so a rank gone is noticed then, not at the next request.
 """
@@ -64,6 +70,7 @@ Progress = Callable[[int, int], None]
 _END = object()
 HEARTBEAT_S = 1.0
 STOP = {"stop": True}  # rank 0 to the others: serving is over
+COMPLETE_UNIT = {"complete": True}  # rank 0 to the others: one unit of idle completion
 
 
 class Cancelled(Exception):
@@ -176,6 +183,8 @@ class LLM:
         # rank 0 of a group the loader sharded the model over: it hands every request on
         self.leads = distributed.group() is not None and distributed.rank() == 0
         self.closed = False
+        if distributed.group() is None or self.leads:
+            GENERATION_THREAD.when_idle(self._complete_unit)
         if self.leads:
             threading.Thread(target=self._heartbeat, name="lazymlx-heartbeat", daemon=True).start()
 
@@ -267,13 +276,40 @@ class LLM:
 
     def close(self) -> None:
         """Stop serving; rank 0 of a group tells the other ranks, which then return from follow()."""
+        GENERATION_THREAD.stop_idle(self._complete_unit)
         if self.leads:
             GENERATION_THREAD.call(self._stop)
+
+    def complete(self) -> None:
+        """Finish completing the kept contexts now (idle time does it anyway, a unit at a time):
+        before timing the next request, say, or before the app sleeps."""
+        GENERATION_THREAD.call(self._complete_all)
+
+    def _complete_all(self) -> None:
+        while self._complete_unit():
+            pass
+
+    def _complete_unit(self, lead: bool = True) -> bool:
+        """One unit of completing the kept contexts, least recently used first (lazymlx/
+        complete.py); whether any is still incomplete. Rank 0 of a group has the others run
+        the same unit."""
+        from lazymlx.complete import step
+
+        for context in self.contexts.contexts:
+            if context.lazy and not context.cache.complete:
+                if self.leads and lead:
+                    distributed.share(COMPLETE_UNIT)
+                step(context.cache, context.cache.config)
+                return True
+        return False
 
     def _follow(self) -> None:
         try:
             while (message := distributed.share()) != STOP:
                 if message is None:  # rank 0's heartbeat
+                    continue
+                if message == COMPLETE_UNIT:
+                    self._complete_unit(lead=False)
                     continue
                 # an error here rank 0 met too, from the same input, and told its client
                 with contextlib.suppress(LazymlxError, Cancelled):

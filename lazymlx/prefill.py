@@ -148,6 +148,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
     keep = config.pruning_layers(num_layers)
+    first_prune = min(keep, default=None) if config.complete == "exact" else None
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
     if start and config.prompt_revive != 0 and config.selection == "attention":
@@ -168,6 +169,8 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
             forget=layer not in keep,
         )  # fmt: skip
         cache.offset = end
+        if layer == first_prune:  # where exact completion recomputes these tokens from
+            aux.keep_base(positions[revived:], h[0, revived:])
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if progress is not None:
@@ -195,6 +198,8 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
             k = max(keep[layer].count(own, held), least)
         order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
+        if k < own and first_prune is not None:
+            aux.mark_inexact(start)
         ranker.keep(kept)
         _stop(aux, own_positions[dropped], own_h[0, dropped], layer)
         back_h, back = h[:, :revived], positions[:revived]

@@ -3,7 +3,9 @@
 Each turn renders the whole conversation with the chat template, keeps the longest cached prefix
 of it and prefills only the rest, so a reply costs its own tokens, not the whole history, and a
 turn cut short (Ctrl-C) or a re-tokenized answer only costs the tokens that differ. With a lazy
-config the context is a LazyState, so tokens pruned in earlier turns can be revived in later ones.
+config the context is a LazyState, so tokens pruned in earlier turns can be revived in later ones,
+and between turns (while the user reads and types) `complete_step` completes it a unit at a time
+(lazymlx/complete.py), so the next question finds the whole conversation computed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx.complete import step
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
@@ -51,9 +54,30 @@ class ChatSession:
             self.messages.append({"role": "system", "content": self.system})
         self.context = Context(new_cache(self.model, self.lazy))
 
-    def save(self, path: str | Path, model_name: str, preset: str) -> None:
-        """Save the conversation (its context and messages) to a context file, atomically."""
-        save_context(path, self.context, model_name, preset, messages=self.messages)
+    def save(self, path: str | Path, model_name: str, preset: str, complete: bool = True) -> None:
+        """Save the conversation (its context and messages) to a context file, atomically,
+        completing the context first unless `complete` is False."""
+        save_context(
+            path, self.context, model_name, preset, complete=complete, messages=self.messages
+        )
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether pruning left part of the context to compute (in idle time)."""
+        return self.context.lazy and not self.context.cache.complete
+
+    def complete_step(self) -> bool:
+        """One unit of completing the context (one layer chunk, short enough to stop for a key
+        press); whether more is left."""
+        if not self.incomplete:
+            return False
+        cache = self.context.cache
+        return step(cache, cache.config)
+
+    def complete(self) -> None:
+        """Complete the whole context now."""
+        while self.complete_step():
+            pass
 
     def load(self, path: str | Path, model_name: str) -> None:
         """Continue a conversation saved by `save`; nothing changes if the file is refused."""

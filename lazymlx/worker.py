@@ -6,17 +6,23 @@ an active exception", rc 134) in about a third of runs, while a thread still ali
 does. On Metal, MLX streams belong to the thread that made them. So work from threads that come
 and go (an app's workers, a web server's pool) is handed to this one daemon thread, which never
 ends; the main thread runs its own work directly (its end is the process's end).
+
+When no job is queued the thread does idle work (completing kept contexts, lazymlx/complete.py)
+one short unit at a time, looking at the queue between units: a job never waits for more than
+the unit in progress, and jobs still run in the order they were submitted.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _END = object()
+IdleWork = Callable[[], bool]  # one unit of work; whether more is left
 
 
 class _Failure:
@@ -31,6 +37,17 @@ class GenerationThread:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start = threading.Lock()
+        self._idle: list[IdleWork] = []
+        self.idle_units = 0  # units of idle work run (for stats and tests)
+
+    def when_idle(self, work: IdleWork) -> None:
+        """Run `work()` (one short unit per call, returning whether more is left) whenever no
+        job is queued; it is called again after every job, since a job may leave new work."""
+        self._idle.append(work)
+
+    def stop_idle(self, work: IdleWork) -> None:
+        if work in self._idle:
+            self._idle.remove(work)
 
     def submit(self, job: Callable[[], None]) -> None:
         with self._start:
@@ -45,8 +62,28 @@ class GenerationThread:
         return threading.current_thread() is self._thread
 
     def _run(self) -> None:
+        busy = list(self._idle)  # idle work that may have units left
         while True:
-            self._jobs.get()()  # jobs report their own errors
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                if busy:
+                    busy = self._idle_unit(busy)
+                    continue
+                job = self._jobs.get()
+            job()  # jobs report their own errors
+            busy = list(self._idle)
+
+    def _idle_unit(self, busy: list[IdleWork]) -> list[IdleWork]:
+        """One unit of the first idle work with units left; the ones that may have more."""
+        work = busy[0]
+        try:
+            more = work()
+        except Exception as error:  # idle work must never take the generation thread down
+            warnings.warn(f"idle work stopped: {error}", RuntimeWarning, stacklevel=1)
+            more = False
+        self.idle_units += 1
+        return busy if more else busy[1:]
 
     def call(self, function: Callable[[], T]) -> T:
         """Run `function` on the generation thread and wait for its result (or its error)."""

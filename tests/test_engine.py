@@ -550,7 +550,7 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
     state.save(path, {"model": "tiny"})
     assert [p.name for p in tmp_path.iterdir()] == ["context.safetensors"]  # nothing staged left
     loaded, metadata = LazyState.load(path, model, return_metadata=True)
-    assert metadata == {"model": "tiny"}
+    assert metadata == {"model": "tiny", "complete": "true"}  # saving completed it
     assert LazyState.load(path, model).tokens == state.tokens  # mlx-lm's default: the context
     assert loaded.tokens == state.tokens and loaded.offset == state.offset
     assert [c.rows for c in loaded.layers] == [c.rows for c in state.layers]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -14,7 +15,9 @@ from lazymlx.errors import LazymlxError
 from lazymlx.llm import LLM
 from lazymlx.session import ChatSession
 
-PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
+# answers compared across requests: no idle completion between them (its own tests below)
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", complete="off")
+FILLING = LazyConfig(schedule=PRUNING.schedule, decode="revive", complete="fill")
 CHAT = [{"role": "user", "content": "the cat sat on the mat"}]
 
 
@@ -200,3 +203,69 @@ def test_module_level_generate_from_threads_never_aborts_the_process(tiny_model_
             [sys.executable, "-c", THREADS, str(tiny_model_dir)], capture_output=True, timeout=120
         )
         assert run.returncode == 0, run.stderr.decode()[-500:]
+
+
+def wait_for(condition, timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_idle_time_completes_the_kept_context(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir), lazy=FILLING)
+    llm.generate("a document to keep and ask about later " * 12, max_tokens=3)
+    (context,) = llm.contexts.contexts
+    assert wait_for(lambda: context.cache.complete)  # nobody asked: the idle thread did it
+    assert all(cache.rows == context.cache.offset for cache in context.cache.layers)
+
+
+def test_a_request_during_completion_waits_for_one_unit_at_most(tiny_model_dir, monkeypatch):
+    from lazymlx import complete
+
+    units: list[tuple[float, float]] = []
+    real_step = complete.step
+
+    def slow_step(*args, **kwargs):
+        start = time.monotonic()
+        time.sleep(0.05)
+        more = real_step(*args, chunk=4)  # many small units
+        units.append((start, time.monotonic()))
+        return more
+
+    monkeypatch.setattr(complete, "step", slow_step)
+    llm = LLM(str(tiny_model_dir), lazy=FILLING)
+    llm.generate("a document to keep and ask about later " * 12, max_tokens=3)
+    assert wait_for(lambda: len(units) >= 3)
+    first_progress: list[float] = []
+    queued = time.monotonic()
+    stream = llm.submit(
+        "another question", max_tokens=2, lazy=None,
+        on_progress=lambda d, t: first_progress or first_progress.append(time.monotonic()),
+    )  # fmt: skip
+    stream.result()
+    started_after = [start for start, _ in units if queued < start < first_progress[0]]
+    assert started_after == []  # only the unit in progress, if any, ran before the request
+    assert first_progress[0] - queued < 1.0
+
+
+def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_model_dir):
+    llm = LLM(str(tiny_model_dir), lazy=FILLING)
+    llm.generate("a document to keep and ask about later " * 12, max_tokens=3)
+    order: list[int] = []
+    streams = [
+        llm.submit(
+            f"question {i}",
+            max_tokens=3,
+            lazy=None,
+            on_progress=lambda d, t, i=i: order.append(i) if i not in order else None,
+        )  # fmt: skip
+        for i in range(5)
+    ]
+    answers = [tokens_of(stream) for stream in streams]
+    assert order == list(range(5))
+    assert answers == [direct(tiny, f"question {i}", 3, None) for i in range(5)]
+    llm.complete()
+    assert all(context.cache.complete for context in llm.contexts.contexts if context.lazy)

@@ -1,0 +1,120 @@
+"""Completing a pruned context: every token gets keys and values at every layer, in idle time.
+
+LazyLLM defers work: a pruned token's deeper layers are computed later, if ever. On one prompt
+that is the whole saving, but a context kept for later turns (a chat, the server's kept
+conversations, a saved document) otherwise pays for it on the next question's critical path.
+Completion does that work while the app is idle, in units of one layer chunk, each leaving a
+consistent context, so whoever runs it can stop between any two units and a request then runs
+over the partly completed context (its prompt step revives what is still missing).
+
+- fill: each pruned token resumes from its Aux slot at the layer where it stopped, layer by layer
+  from the shallowest, in position order within a layer, so a token attends to every earlier
+  token there; each (token, layer) pair is computed once, as LazyLLM promises.
+- exact: every token a pruning step touched is recomputed from the first pruning layer down, so
+  the context's keys and values are stock's (within fp32 rounding). The tokens' outputs of that
+  layer, kept when they were computed (LazyAux.base), are their inputs again; a token without one
+  (a loaded context's, a decode token run by the model's own forward pass) starts from its
+  embedding. `restart` drops their deeper rows and sets them back; fill does the rest. Until it
+  is done a request sees less of the context than before it started.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from lazymlx.blocks import append_kv, attention_mask, block_forward
+from lazymlx.cache import LazyState
+from lazymlx.config import LazyConfig
+from lazymlx.decode import interrupts_deferred
+
+COMPLETION_CHUNK = 512  # tokens per unit: one unit stays short enough to yield at once
+
+
+def pending(state: LazyState, config: LazyConfig) -> bool:
+    """Whether completing the context under `config` has work left."""
+    if config.complete == "off" or not state.offset:
+        return False
+    if config.complete == "exact" and state.aux.inexact_from is not None:
+        return True
+    return bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
+
+
+def step(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> bool:
+    """One unit of completion (at most `chunk` tokens at one layer); whether work remains.
+    Ctrl-C waits for the unit's end (it is short), so the context is never half updated."""
+    with interrupts_deferred():
+        if config.complete == "exact" and state.aux.inexact_from is not None:
+            restart(state, config)
+            return pending(state, config)
+        counts = state.aux.counts(state.num_layers)
+        waiting = np.flatnonzero(counts[: state.num_layers])
+        if not waiting.size or config.complete == "off":
+            return False
+        _fill(state, int(waiting[0]), chunk, config)
+    return pending(state, config)
+
+
+def complete(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
+    """Complete the whole context now (before saving it, say); the units run."""
+    units = 0
+    while pending(state, config):
+        step(state, config, chunk)
+        units += 1
+    return units
+
+
+def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> None:
+    """The first `chunk` tokens (by position) waiting at `layer` compute it from their Aux slot."""
+    adapter, aux = state.adapter, state.aux
+    depths = np.array(aux.depths())
+    picked = np.flatnonzero(depths == layer)[:chunk]
+    positions = mx.array(picked.astype(np.int32))
+    h = aux.hidden[positions][None]
+    block, cache = adapter.layers[layer], state[layer]
+    mask = attention_mask(cache, positions, adapter.sliding_windows[layer], ordered=False)
+    if layer == state.num_layers - 1:  # the deepest layer: only its keys and values are read
+        append_kv(adapter, block, cache, h, positions, None)
+        mx.eval(cache.keys, cache.values, cache.positions)
+    else:
+        out, _ = block_forward(adapter, block, cache, h, positions, None, mask)
+        aux.hidden[positions] = out[0]
+    aux.depth[positions] = layer + 1
+    mx.eval(aux.hidden, aux.depth, cache.keys, cache.values, cache.positions)
+    counts = aux.counts(state.num_layers)
+    counts[layer] -= picked.size
+    counts[layer + 1] += picked.size
+    if state.record is not None:
+        state.record.append((layer, picked.tolist()))
+    if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
+        state.forget_out_of_windows(state.offset, config.pruning_layers(state.num_layers))
+
+
+def restart(state: LazyState, config: LazyConfig) -> None:
+    """Set every token from `inexact_from` on back to the first pruning layer's output (its base)
+    or to its embedding (no base), dropping its rows from there down; fill then recomputes them."""
+    aux, num_layers = state.aux, state.num_layers
+    start, end = aux.inexact_from, state.offset
+    first = min(config.pruning_layers(num_layers), default=num_layers - 1)
+    based = np.array(aux.based[start:end]) if aux.based is not None else np.zeros(end - start, bool)
+    restarts = np.where(based, first + 1, 0).astype(np.int32)
+    for layer, cache in enumerate(state.layers):
+        if not cache.rows:
+            continue
+        rows = np.array(cache.row_positions())
+        inside = (rows >= start) & (rows < end)
+        drop = np.zeros(rows.size, bool)
+        drop[inside] = restarts[rows[inside] - start] <= layer
+        if drop.any():
+            cache.keep_rows(np.flatnonzero(~drop))
+    region = mx.arange(start, end, dtype=mx.int32)
+    embedded = state.adapter.embed(aux.ids[start:end][None])[0].astype(state.dtype)
+    aux.make_slots(state.adapter.hidden_size, state.dtype)
+    inputs = embedded
+    if aux.based is not None:
+        inputs = mx.where(aux.based[start:end][:, None], aux.base[start:end], embedded)
+    aux.hidden[region] = inputs
+    aux.depth[region] = mx.array(restarts)
+    aux.depth_counts = None
+    aux.inexact_from, aux.base, aux.based = None, None, None
+    mx.eval(aux.hidden, aux.depth)
