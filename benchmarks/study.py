@@ -21,11 +21,12 @@ from pathlib import Path
 
 from lazymlx.cli.app import load_model
 from lazymlx.config import LazyConfig
-from lazymlx.evals.baselines import PACKAGED, BaselineCache
+from lazymlx.evals.baselines import BaselineCache, packaged_file
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
 from lazymlx.evals.runner import case_key, evaluate, read_records, records_as_dicts, right_cases
 from lazymlx.lengths import parse_lengths
 from lazymlx.measure import Strategy
+from lazymlx.models.registry import REGISTRY
 
 # The rule every study starts from: the v2 default's scoring (last 8 tokens, each chosen token's
 # next 12 kept, the first 4 kept), its decode (revive 16 a layer for 8 steps), prompts under 256
@@ -314,7 +315,7 @@ def main() -> None:
 
     counts = suite_counts("calibration", parse_lengths(args.lengths), args.cases)
     cases = make_cases(tokenizer, parse_families(args.families), "calibration", counts)
-    cache = BaselineCache(model, PACKAGED if args.model == "smollm2-135m" else None)
+    cache = BaselineCache(model, packaged_file(args.model) if args.model in REGISTRY else None)
     if args.right_only:
         cases = right_cases(model, tokenizer, cases, cache, on_run=announce)
     journal = Path(args.journal)

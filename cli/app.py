@@ -85,6 +85,13 @@ PromptCacheFile = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar and no stats line on stderr.")
 ]
+NoComplete = Annotated[
+    bool,
+    typer.Option(
+        "--no-complete",
+        help="Save a pruned context as it is, without computing what pruning skipped first.",
+    ),
+]
 Lazy = Annotated[
     str,
     typer.Option(
@@ -181,10 +188,11 @@ def chat(
     ] = None,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
+    no_complete: NoComplete = False,
     quiet: Quiet = False,
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
-    from lazymlx.cli.chat import ChatFiles, answer, repl
+    from lazymlx.cli.chat import ChatFiles, LineReader, answer, repl
     from lazymlx.contexts import check_save_path
     from lazymlx.distributed import on_leader
     from lazymlx.platform import device_name
@@ -210,14 +218,16 @@ def chat(
         max_tokens=max_tokens,
         **_sampling(temp, top_p, top_k, min_p, repetition_penalty, seed),
     )
-    files = ChatFiles(session, model, lazy, prompt_cache_file)
+    files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
     if prompt is not None:
         answer(session, prompt.strip(), quiet)
         files.autosave()
         return
-    with contextlib.suppress(ImportError):
-        import readline  # noqa: F401  (line editing and history for input())
-    repl(session, files=files, title=f"{model} · preset {lazy} · {device_name()}", quiet=quiet)
+    reader = LineReader(
+        session.complete_step, lambda text: len(session.tokenizer.encode(text, verbose=False))
+    )
+    title = f"{model} · preset {lazy} · {device_name()}"
+    repl(session, read_line=reader, files=files, title=title, quiet=quiet)
 
 
 @app.command()
@@ -245,6 +255,7 @@ def generate(
     ] = False,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
+    no_complete: NoComplete = False,
     quiet: Quiet = False,
 ) -> None:
     """Generate a completion for one prompt."""
@@ -303,8 +314,6 @@ def generate(
             context.tokens.append(last.token)
             if not as_json:
                 write_text(last.text)
-    if prompt_cache_file:
-        save_context(prompt_cache_file, context, model, lazy)
     if as_json:
         result = {
             "model": model,
@@ -325,6 +334,8 @@ def generate(
         write_text("\n")
         if not quiet:
             err.print(stats_line(last), style="dim", soft_wrap=True)
+    if prompt_cache_file:  # after the answer is shown: completing a pruned context takes a while
+        save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
 
 
 @models_app.command("list")

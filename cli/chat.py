@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from lazymlx.cli.console import PromptProgress, err, error_line, write_text
 from lazymlx.contexts import context_file_exists
@@ -16,11 +17,47 @@ HELP = """commands:
   /clear   forget the conversation (the system prompt stays)
   /save FILE  save the conversation and its computed context to FILE
   /load FILE  continue a conversation saved with /save (or --prompt-cache-file)
+  /status  the conversation's size and how much of its context is computed
   /bye     leave (Ctrl-D works too)
-  \"\"\"      start and end a multi-line message
+  \"\"\"      start and end a multi-line message (a pasted text is one message anyway)
 Ctrl-C stops the current answer; the conversation goes on."""
 
 ReadLine = Callable[[str], str]
+
+
+class LineReader:
+    """The chat's input line, read with prompt_toolkit: editing and history, and a bracketed
+    paste (a pasted document) taken whole into one message, its lines and tokens shown below
+    before Enter sends it. While it waits for a key it runs `idle()` units (completing the
+    context; each returns whether more is left): a key press waits at most for one unit."""
+
+    def __init__(self, idle: Callable[[], bool], count_tokens: Callable[[str], int]) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+
+        self.idle, self.count_tokens = idle, count_tokens
+        self.prompts: Any = PromptSession(history=InMemoryHistory())
+        self._counted: tuple[str, str] = ("", "")
+
+    def __call__(self, prompt: str) -> str:
+        return self.prompts.prompt(prompt, inputhook=self._hook, bottom_toolbar=self._toolbar)
+
+    def _hook(self, context: Any) -> None:
+        while not context.input_is_ready() and self.idle():
+            pass
+
+    def _toolbar(self) -> str | None:
+        """Under a message of several lines (a paste): its size, before it is sent."""
+        text = self.prompts.default_buffer.text
+        if "\n" not in text:
+            return None
+        if self._counted[0] != text:
+            lines = text.count("\n") + 1
+            self._counted = (
+                text,
+                f"{lines} lines · {self.count_tokens(text)} tokens · Enter sends",
+            )
+        return self._counted[1]
 
 
 def stats_line(response: Response) -> str:
@@ -35,6 +72,19 @@ def stats_line(response: Response) -> str:
         f"{response.prompt_tps:.1f} tok/s{lazy} · generation {response.generation_tokens} tok, "
         f"{response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
     )
+
+
+def status_line(session: ChatSession) -> str:
+    """The conversation's size and how much of its context is computed (idle time completes it)."""
+    turns = sum(m["role"] == "user" for m in session.messages)
+    tokens = len(session.context.tokens)
+    line = f"{turns} {'turn' if turns == 1 else 'turns'}, {tokens} tokens in context"
+    if not session.context.lazy:
+        return line
+    state = session.context.cache
+    share = state.pairs() / (state.offset * state.num_layers) if state.offset else 1.0
+    done = "complete" if state.complete else "completing while you type"
+    return f"{line} · {share:.0%} of its layer work computed · {done}"
 
 
 def answer(session: ChatSession, message: str, quiet: bool = False) -> None:
@@ -71,13 +121,21 @@ class ChatFiles:
     """The chat's context files: --prompt-cache-file (loaded at the start if it exists, saved
     after every answer) and /save, /load. A refused file leaves the conversation as it was."""
 
-    def __init__(self, session: ChatSession, model: str, preset: str, path: str | None) -> None:
+    def __init__(
+        self,
+        session: ChatSession,
+        model: str,
+        preset: str,
+        path: str | None,
+        complete: bool = True,
+    ) -> None:
         self.session, self.model, self.preset, self.path = session, model, preset, path
+        self.complete = complete  # complete a pruned context before writing it
         if path and context_file_exists(path):
             self.load(path)
 
     def save(self, path: str) -> None:
-        self.session.save(path, self.model, self.preset)
+        self.session.save(path, self.model, self.preset, complete=self.complete)
 
     def load(self, path: str) -> None:
         self.session.load(path, self.model)
@@ -114,6 +172,8 @@ def run_command(session: ChatSession, command: str, files: ChatFiles | None = No
                     files.load(argument)
             except (LazymlxError, OSError) as error:
                 error_line(str(error))
+    elif name == "/status":
+        err.print(status_line(session), style="dim", markup=False, soft_wrap=True)
     elif name in ("/help", "/?"):
         err.print(HELP, markup=False)
     else:

@@ -38,9 +38,14 @@ Resume = Annotated[
 
 
 def _presets(text: str) -> list[str]:
+    """Preset names; 'none' runs stock alone (filling the baseline cache)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["none"]:
+        return []
     if not names:
-        raise LazymlxError("no preset given to --lazy; name one or more, e.g. default,off")
+        raise LazymlxError(
+            "no preset given to --lazy; name one or more (e.g. default,off), or none"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -167,7 +172,10 @@ def evaluate(
     ] = "1k,2k",
     lazy: Annotated[
         str,
-        typer.Option("--lazy", help="Presets to evaluate next to the baseline, comma-separated."),
+        typer.Option(
+            "--lazy",
+            help="Presets to evaluate next to the baseline, comma-separated; none: stock alone.",
+        ),
     ] = "default",
     model: Model = DEFAULT_MODEL,
     cases: Annotated[
@@ -239,7 +247,13 @@ def _run_suite(
 
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.families import make_cases, parse_families, suite_counts
-    from lazymlx.evals.runner import case_key, read_records, records_as_dicts, right_cases
+    from lazymlx.evals.runner import (
+        case_key,
+        case_strategies,
+        read_records,
+        records_as_dicts,
+        right_cases,
+    )
     from lazymlx.evals.runner import evaluate as run_eval
 
     if resume and not journal:
@@ -264,7 +278,9 @@ def _run_suite(
         with run_progress(runs) as advance:
             suite = right_cases(loaded, tokenizer, suite, cache, on_run=_announce(advance))
         counted, runs = (cache.hits, cache.misses), 0
-    runs += sum(case_key(c, s.mode) not in recorded for c in suite for s in strategies)
+    runs += sum(
+        case_key(c, s.mode) not in recorded for c in suite for s in case_strategies(c, strategies)
+    )
     with run_progress(runs) as advance:
         done = run_eval(
             loaded,

@@ -173,10 +173,11 @@ def test_the_baseline_cache_misses_on_any_change_and_survives_a_restart(tiny, tm
 def test_the_packaged_cache_is_read_but_never_written(tiny, tmp_path: Path, monkeypatch):
     model, tokenizer = tiny
     case = make_case("passkey", tokenizer, LENGTH, 1, "calibration")
-    packaged = tmp_path / "packaged.json"
+    (tmp_path / "packaged").mkdir()
+    packaged = tmp_path / "packaged" / "tiny.json"
     writer = BaselineCache(model, packaged)
     writer.put(case, _outcome("x", [3]))
-    monkeypatch.setattr(baselines_module, "PACKAGED", packaged)
+    monkeypatch.setattr(baselines_module, "PACKAGED", packaged.parent)
     mine = tmp_path / "mine.json"
     cache = BaselineCache(model, mine)
     assert cache.get(case) == _outcome("x", [3])
@@ -235,9 +236,9 @@ def test_keep_all_reproduces_the_baseline_through_every_path(tiny, family):
 def test_a_pruned_context_counts_the_whole_conversations_work(tiny):
     model, tokenizer = tiny
     case = replace(make_case("kept", tokenizer, LENGTH, 0, "calibration"), max_tokens=4)
-    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=64)
+    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=64, complete="off")
     outcome = run_case(model, tokenizer, case, pruned)
-    assert outcome.compute_fraction < 0.9  # the document's step pruned
+    assert outcome.compute_fraction < 0.9  # the document's step pruned, and nothing completed it
     # the question's own step ran whole and may have revived: at least stock's work for it
     assert outcome.step_fraction >= 1
 
@@ -301,3 +302,24 @@ def test_calibration_chooses_the_cheapest_candidate_meeting_each_bar():
     frontier = {row["mode"]: row for row in result.frontier}
     assert frontier["mid"]["worst_family"] == "kept" and not frontier["mid"]["meets_default"]
     assert choose(records, Bar(0.9, 0.8, 0.99)).chosen == "mid"
+
+
+def test_a_completing_preset_runs_multi_turn_cases_after_completion_and_without(tiny):
+    model, tokenizer = tiny
+    cases = [
+        replace(make_case(family, tokenizer, LENGTH, 0, "calibration"), max_tokens=4)
+        for family in ("kept", "passkey")
+    ]
+    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=128)  # fills; the question runs whole
+    cache = BaselineCache(model, None)
+    cache.get = lambda case: _outcome("x", [1])  # stock's side is not what this is about
+    records = evaluate(model, tokenizer, cases, [Strategy("lazy:p", pruned)], cache)
+    modes = {(r.family, r.mode): r for r in records}
+    assert set(modes) == {
+        ("kept", "baseline"), ("kept", "lazy:p"), ("kept", "lazy:p no-idle"),
+        ("passkey", "baseline"), ("passkey", "lazy:p"),
+    }  # fmt: skip
+    completed, straight = modes["kept", "lazy:p"], modes["kept", "lazy:p no-idle"]
+    assert completed.completion_s > 0 and straight.completion_s == 0
+    assert completed.compute_fraction > 0.99 > 0.9 > straight.compute_fraction
+    assert completed.first_ttft_s > 0 and straight.first_ttft_s > 0

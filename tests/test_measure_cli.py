@@ -113,14 +113,16 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
             assert {"baseline_right", "kept", "kept_low", "kept_high", "gained"} <= set(row)
         assert rows["all", 1000, mode]["compute_fraction"] <= 1
     assert rows["all", 1000, "lazy:off"]["identical"] == 1  # keep-all is the baseline
-    assert len(data["cases"]) == 18 == len(journal.read_text().splitlines())
+    # random also runs the 2 kept cases with no idle time (it completes between turns)
+    assert rows["kept", 1000, "random no-idle"]["cases"] == 2
+    assert len(data["cases"]) == 20 == len(journal.read_text().splitlines())
     assert {"text", "correct", "baseline_correct", "seed", "depth", "kind"} <= set(data["cases"][0])
     assert rows["all", 1000, "random"]["speedup"] > 0  # baselines ran in this run: timed
     again = json.loads(invoke(*args))  # every baseline is cached now: only the presets run
     assert again["baselines_cached"] == 6 and again["baselines_run"] == 0
     assert all(row["speedup"] is None for row in again["rows"])  # another run's TTFT: no ratio
     tallied = json.loads(invoke("eval", "--records", str(journal), "-o", "json"))
-    assert len(tallied["cases"]) == 36 and tallied["rows"][0]["cases"] == 4
+    assert len(tallied["cases"]) == 40 and tallied["rows"][0]["cases"] == 4
     table = invoke("eval", "--records", str(journal))
     assert "| family " in table and "kept or free-form agreement [95% CI]" in table
     free = rows["freeform-text", 1000, "lazy:off"]  # keep-all continues as the baseline does

@@ -59,9 +59,9 @@ def test_eval_smoke_on_the_default_model(real):
         )  # fmt: skip
     )
     assert data["baselines_run"] == 0, (
-        "the committed baseline cache (lazymlx/evals/baselines.json) misses these cases: the case "
+        "the committed baseline cache (lazymlx/evals/baselines/smollm2-135m.json) misses these cases: the case "
         "generators or the model changed; regenerate it with `lazymlx eval --baselines "
-        "lazymlx/evals/baselines.json` (see benchmarks/README.md)"
+        "lazymlx/evals/baselines/smollm2-135m.json` (see benchmarks/README.md)"
     )
     rows = {(r["family"], r["mode"]): r for r in data["rows"] if r["length"] == 1024}
     assert {family for family, _ in rows} == set(FAMILIES) | {"all"}

@@ -3,10 +3,10 @@
 An entry is keyed by the model (a fingerprint of its weights, so a requantized or retrained model
 with the same name misses), the backend it ran on, and everything that shapes the answer: the
 case's kind, its exact text, and the generation settings (greedy, the token count). Any change
-misses, and a missed baseline is run and stored. The default model's cache ships with lazymlx
-(lazymlx/evals/baselines.json), so `lazymlx eval` on SmolLM2 never re-runs stock mlx-lm; other
-models' baselines go to the user's cache beside the converted models. Writes are atomic: an
-interrupted run keeps every baseline it finished.
+misses, and a missed baseline is run and stored. Each registry model's cache ships with lazymlx
+(lazymlx/evals/baselines/NAME.json), so `lazymlx eval` on them never re-runs stock mlx-lm on the
+suite's cases; other baselines go to the user's cache beside the converted models. Writes are
+atomic: an interrupted run keeps every baseline it finished.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lazymlx.platform import backend
 if TYPE_CHECKING:
     from lazymlx.evals.runner import Outcome
 
-PACKAGED = Path(__file__).with_name("baselines.json")
+PACKAGED = Path(__file__).with_name("baselines")  # one file per registry model
 SETTINGS = {"sampling": "greedy", "engine": "stock mlx-lm"}
 
 
@@ -49,6 +49,18 @@ def fingerprint(model: nn.Module) -> str:
         total, size = mx.sum(as_float).item(), mx.sum(mx.abs(as_float)).item()
         digest.update(f"{name}:{value.shape}:{value.dtype}:{total:.6e}:{size:.6e};".encode())
     return digest.hexdigest()
+
+
+def packaged_file(model_name: str) -> Path:
+    """Where a registry model's committed baselines live (`--baselines` when regenerating)."""
+    return PACKAGED / f"{model_name}.json"
+
+
+def _read_packaged() -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    for path in sorted(PACKAGED.glob("*.json")):
+        entries |= _read(path)
+    return entries
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -73,7 +85,7 @@ class BaselineCache:
         self.model_key = fingerprint(model)
         self.path = path or user_cache()
         self.own = _read(self.path)  # what the cache file holds (rewritten whole on each put)
-        self.entries = _read(PACKAGED) | self.own
+        self.entries = _read_packaged() | self.own
         self.ran_here: set[str] = set()  # keys this run put: their TTFT is this run's
         self.hits = self.misses = 0
 

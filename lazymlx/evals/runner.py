@@ -6,20 +6,26 @@ conversation); a context file saved, loaded and continued (`--prompt-cache-file`
 reuse (the server's path); `ChatSession` for chats. The baseline (stock mlx-lm with its KV cache)
 runs the same path with lazy=None, and its outcome is cached on disk (baselines.py), so a preset
 costs only its own side.
+
+Multi-turn cases (follow-ups, kept documents, chats) have idle time between their turns, where
+the app completes the pruned context (lazymlx/complete.py): a preset that completes runs them
+twice, after completion (its own mode, timed apart) and with no idle time (" no-idle").
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx.complete import complete
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
@@ -45,9 +51,21 @@ class Outcome:
     step_fraction: float  # the scored prompt step's work ÷ stock's for that step
     generation_tps: float = 0.0
     peak_memory_gb: float = 0.0
+    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
+    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
 
 
-def _collect(responses: Iterable[Response]) -> Outcome:
+MULTI_TURN = ("followup", "kept-file", "kept-llm", "chat")
+NO_IDLE = " no-idle"
+
+
+def completes(lazy: LazyConfig | None) -> bool:
+    return lazy is not None and lazy.prunes and lazy.complete != "off"
+
+
+def _collect(
+    responses: Iterable[Response], first_ttft_s: float = 0.0, completion_s: float = 0.0
+) -> Outcome:
     tokens, pieces, last = [], [], None
     for last in responses:
         tokens.append(last.token)
@@ -62,7 +80,15 @@ def _collect(responses: Iterable[Response]) -> Outcome:
         step_fraction=lazy.prefill_fraction if lazy else 1.0,
         generation_tps=last.generation_tps if last.generation_tokens > 1 else 0.0,
         peak_memory_gb=last.peak_memory,
+        first_ttft_s=first_ttft_s,
+        completion_s=completion_s,
     )
+
+
+def _timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
 
 
 def _continued(context: Context, tokens: list[int], model: nn.Module) -> list[int]:
@@ -73,46 +99,57 @@ def _continued(context: Context, tokens: list[int], model: nn.Module) -> list[in
 def run_case(
     model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
 ) -> Outcome:
-    """One case through the path its kind stands for; greedy; the scored step's outcome."""
+    """One case through the path its kind stands for; greedy; the scored step's outcome. A
+    preset that completes (`completes`) completes the context before the scored step, as idle
+    time between turns would, timed apart; one with complete="off" goes straight on."""
     first = encode_prompt(tokenizer, case.segments[0]).tolist()
     later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
     options = {"lazy": lazy}
+    idle = completes(lazy)
     if case.kind == "raw":
         return _collect(stream_generate(model, tokenizer, first, case.max_tokens, **options))
     if case.kind == "chat":
         from lazymlx.session import ChatSession
 
         session = ChatSession(model, tokenizer, lazy=lazy)
-        last = len(case.segments) - 1
+        last, first_ttft = len(case.segments) - 1, 0.0
         for turn in range(last):
-            for _ in send_turn(session, case, turn):
-                pass
-        return _collect(send_turn(session, case, last))
+            for response in send_turn(session, case, turn):
+                first_ttft = first_ttft or response.ttft_s
+        spent = _timed(session.complete) if idle else 0.0
+        return _collect(send_turn(session, case, last), first_ttft, spent)
     if case.kind == "kept-llm":
         from lazymlx.llm import LLM
 
         llm = LLM(lambda: (model, tokenizer), lazy=lazy)
-        llm.generate(first, max_tokens=1)
+        document = llm.submit(first, max_tokens=1)
+        document.result()
+        spent = _timed(llm.complete) if idle else 0.0
         stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
-        return _collect(stream)
+        return _collect(stream, document.last.ttft_s, spent)
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
+    first_ttft = 0.0
     for response in stream_generate(
         model, tokenizer, _continued(context, first, model), answer_tokens,
         prompt_cache=context.cache, **options,
     ):  # fmt: skip
         context.tokens.append(response.token)
+        first_ttft = first_ttft or response.ttft_s
+    spent = _timed(lambda: complete(context.cache, lazy)) if idle else 0.0
     if case.kind == "kept-file":
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "context.safetensors"
             preset = "off" if lazy is None else "eval"
-            save_context(path, context, "eval-model", preset)
+            save_context(path, context, "eval-model", preset, complete=idle)
             context, _ = load_context(path, model, "eval-model", lazy)
     new = _continued(context, context.tokens + later[0], model)
     return _collect(
         stream_generate(
             model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
-        )
+        ),
+        first_ttft,
+        spent,
     )
 
 
@@ -149,6 +186,8 @@ class Record:
     peak_memory_gb: float
     text: str
     tokens: list[int] = field(default_factory=list)
+    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
+    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
 
     @property
     def kept(self) -> bool | None:
@@ -179,6 +218,8 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         peak_memory_gb=outcome.peak_memory_gb,
         text=outcome.text,
         tokens=outcome.tokens,
+        first_ttft_s=outcome.first_ttft_s,
+        completion_s=outcome.completion_s,
     )
 
 
@@ -215,7 +256,9 @@ def evaluate(
             if (r := recorded.get(case_key(case, mode))) is not None
         ]  # fmt: skip
         records += earlier
-        todo = [s for s in strategies if case_key(case, s.mode) not in recorded]
+        todo = [
+            s for s in case_strategies(case, strategies) if case_key(case, s.mode) not in recorded
+        ]
         if not todo and case_key(case, BASELINE) in recorded:
             continue
         baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, on_run)
@@ -232,6 +275,19 @@ def evaluate(
                 on_record(record)
         records += mine
     return records
+
+
+def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
+    """The strategies a case runs: a multi-turn case runs each completing preset twice, after
+    completion (its own mode) and with no idle time (mode + NO_IDLE)."""
+    if case.kind not in MULTI_TURN:
+        return strategies
+    runs = []
+    for s in strategies:
+        runs.append(s)
+        if completes(s.config):
+            runs.append(Strategy(s.mode + NO_IDLE, replace(s.config, complete="off")))
+    return runs
 
 
 def right_cases(

@@ -1,0 +1,69 @@
+"""The registry's other real models at short lengths: Qwen2.5-Coder-0.5B-Instruct (qwen2, answers
+through its chat template) and Gemma 3 270M (gemma3, a base model with sliding-window layers, run
+raw). Each: pulled and converted (make test pulls them), keep-all equals stock mlx-lm, and the
+default preset prunes and still answers."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_keep_all_reproduces_stock
+
+import lazymlx
+from lazymlx import LazyConfig
+from lazymlx.prompts import passkey_prompt
+from lazymlx.session import ChatSession
+
+pytestmark = pytest.mark.real_model
+
+QWEN, GEMMA = "qwen2.5-coder-0.5b", "gemma3-270m"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return lazymlx.load(QWEN)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return lazymlx.load(GEMMA)
+
+
+def test_qwen_answers_through_its_chat_template(qwen):
+    model, tokenizer = qwen
+    session = ChatSession(model, tokenizer, max_tokens=24)
+    reply = "".join(r.text for r in session.send("What is the capital of France? One word."))
+    assert "Paris" in reply
+    code = "".join(
+        r.text for r in session.send("Write a Python expression for the sum of a list xs.")
+    )
+    assert "sum(xs)" in code
+
+
+def test_gemma_continues_raw_text(gemma):
+    model, tokenizer = gemma
+    text = lazymlx.generate(model, tokenizer, "Paris is the capital of", max_tokens=4)
+    assert "France" in text
+
+
+@pytest.mark.parametrize("name", [QWEN, GEMMA])
+def test_keep_all_reproduces_stock_mlx_lm(name, qwen, gemma):
+    model, tokenizer = qwen if name == QWEN else gemma
+    prompt = tokenizer.encode(passkey_prompt(tokenizer, 200).text)
+    for config in (LazyConfig(), LazyConfig(schedule=((0.5, 0.999),))):
+        assert_keep_all_reproduces_stock(model, prompt, steps=12, config=config)
+
+
+@pytest.mark.parametrize("name", [QWEN, GEMMA])
+def test_the_default_prunes_and_keeps_the_passkey(name, qwen, gemma):
+    """600 tokens: past the window of Gemma's local layers, and the default's min_prompt."""
+    model, tokenizer = qwen if name == QWEN else gemma
+    prompt = passkey_prompt(tokenizer, 600, depth=0.3)
+    stock = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
+    responses = list(
+        lazymlx.stream_generate(
+            model, tokenizer, prompt.text, max_tokens=6, lazy=LazyConfig.preset("default")
+        )
+    )
+    assert prompt.correct(stock)
+    assert prompt.correct("".join(r.text for r in responses))
+    assert responses[-1].lazy.prefill_fraction < 0.85
