@@ -112,10 +112,24 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     return None if preset == "off" else config
 
 
+def preflight(model: str) -> None:
+    """A .gguf of an architecture the import can't convert is refused at once, before MLX and
+    mlx-lm are imported (seconds) or a tensor is read."""
+    from pathlib import Path
+
+    from lazymlx.models.gguf_file import preflight as check_gguf
+
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        check_gguf(path)
+
+
 def load_model(model: str):
     """The model, split over the group when mlx.launch started this process (every rank loads)."""
     from lazymlx import distributed
     from lazymlx.models.loading import load
+
+    preflight(model)
 
     with conversion_progress() as progress:
         return load(model, progress=progress, group=distributed.group())
@@ -192,6 +206,7 @@ def chat(
     quiet: Quiet = False,
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
+    preflight(model)
     from lazymlx.cli.chat import ChatFiles, LineReader, answer, repl
     from lazymlx.contexts import check_save_path
     from lazymlx.distributed import on_leader
@@ -259,6 +274,7 @@ def generate(
     quiet: Quiet = False,
 ) -> None:
     """Generate a completion for one prompt."""
+    preflight(model)
     from lazymlx.cli.chat import stats_line
     from lazymlx.contexts import (
         Context,

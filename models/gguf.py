@@ -26,7 +26,7 @@ from gguf import GGMLQuantizationType as Q
 from mlx_lm.utils import make_shards
 
 from lazymlx.errors import LazymlxError
-from lazymlx.models.gguf_file import GGUFFile, read_header
+from lazymlx.models.gguf_file import GGUFFile, check_architecture, read_header
 from lazymlx.models.gguf_tokenizer import check_tokenizer, write_tokenizer
 
 Progress = Callable[[int, int], None]
@@ -102,12 +102,7 @@ ARCHITECTURES = {
 
 def architecture_of(gguf: GGUFFile) -> Architecture:
     name = gguf.metadata.get("general.architecture")
-    if name not in ARCHITECTURES:
-        raise LazymlxError(
-            f"GGUF architecture {name!r} is not supported "
-            f"(supported: {', '.join(ARCHITECTURES)}); run it with llama.cpp, or add the family "
-            "to lazymlx/models/gguf.py"
-        )
+    check_architecture(name)
     return ARCHITECTURES[name]
 
 

@@ -23,6 +23,8 @@ from lazymlx.errors import LazymlxError
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+# what models/gguf.py converts (its ARCHITECTURES); here so a file is refused before mlx-lm loads
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 
 # GGUF value types: struct format of the scalar ones, and the numpy dtype for numeric arrays
 _SCALARS = {
@@ -99,8 +101,26 @@ class _Cursor:
         raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def read_header(path: Path) -> GGUFFile:
-    """The file's metadata and tensor table; one clear error for anything that is not a GGUF."""
+def check_architecture(name: object) -> None:
+    """Refuse an architecture the import can't convert, by name."""
+    if name not in SUPPORTED_ARCHITECTURES:
+        raise LazymlxError(
+            f"GGUF architecture {name!r} is not supported "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)}); run it with llama.cpp, or add "
+            "the family to lazymlx/models/gguf.py"
+        )
+
+
+def preflight(path: Path) -> None:
+    """Refuse a GGUF of an unsupported architecture at once: its general.architecture key comes
+    first in files llama.cpp writes, so this reads a few hundred bytes, not the vocabulary."""
+    gguf = read_header(path, stop_at="general.architecture")
+    check_architecture(gguf.metadata.get("general.architecture"))
+
+
+def read_header(path: Path, stop_at: str | None = None) -> GGUFFile:
+    """The file's metadata and tensor table; one clear error for anything that is not a GGUF.
+    stop_at: stop reading once this key is read (no tensor table then)."""
     try:
         with open(path, "rb") as f:
             buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -116,6 +136,8 @@ def read_header(path: Path) -> GGUFFile:
         for _ in range(kv_count):
             key = cursor.string()
             metadata[key] = cursor.value(cursor.scalar("I"))
+            if key == stop_at:
+                return GGUFFile(Path(path), metadata, {}, 0, buffer)
         tensors = {}
         for _ in range(tensor_count):
             name = cursor.string()

@@ -77,10 +77,19 @@ def gguf_name(hf: str) -> str:
 
 
 def write_tiny_gguf(
-    path: Path, seed: int = 0, architecture: str = "llama", **metadata_overrides
+    path: Path,
+    seed: int = 0,
+    architecture: str = "llama",
+    types: dict | None = None,
+    hidden_size: int = 64,
+    **metadata_overrides,
 ) -> dict:
-    """A Llama GGUF with Q4_0/Q4_1/Q8_0/F16/F32 tensors; returns the HF-layout weights it encodes."""
-    config = tiny_config()
+    """A Llama GGUF with Q4_0/Q4_1/Q8_0/F16/F32 tensors (or `types`, per kind of tensor); returns
+    the HF-layout weights it encodes. gguf-py can't quantize K-quants: their blocks are random
+    bytes below 0x3c, so every float16 scale in them is finite."""
+    config = tiny_config(hidden_size=hidden_size)
+    types = GGUF_TYPES if types is None else types
+    rng = np.random.default_rng(seed)
     weights = {k: np.array(v) for k, v in random_weights(config, seed).items()}
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_uint32(f"{architecture}.block_count", config["num_hidden_layers"])
@@ -109,11 +118,15 @@ def write_tiny_gguf(
         part = name.split(".")[-2] if name.startswith("blk.") else name.split(".")[0]
         if part in heads:
             value = llama_cpp_permute(value, heads[part])
-        qtype = GGUF_TYPES.get(part, gguf.GGMLQuantizationType.F32)
+        qtype = types.get(part, gguf.GGMLQuantizationType.F32)
         if qtype == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, value.astype(np.float16))
         elif qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, value.astype(np.float32))
+        elif qtype.name.endswith("_K"):
+            shape = gguf.quants.quant_shape_to_byte_shape(value.shape, qtype)
+            blocks = rng.integers(0, 0x3C, size=shape, dtype=np.uint8)
+            writer.add_tensor(name, blocks, raw_dtype=qtype)
         else:
             writer.add_tensor(
                 name, gguf.quants.quantize(value.astype(np.float32), qtype), raw_dtype=qtype

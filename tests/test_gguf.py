@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gguf
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -16,6 +17,7 @@ from mlx_lm.utils import load as mlx_lm_load
 from lazymlx.errors import LazymlxError
 from lazymlx.models import gguf as gguf_import
 from lazymlx.models.gguf import convert_gguf
+from lazymlx.models.gguf_file import SUPPORTED_ARCHITECTURES, GGUFFile, preflight
 from lazymlx.models.tiny import tokenizer_metadata
 
 PROMPT = [1, 87, 85, 71, 84, 201, 260, 78, 78, 81, 261, 84, 71, 223, 19, 20, 21, 2]
@@ -84,6 +86,36 @@ def test_quantized_import_keeps_quantized_layers(tiny_gguf, converted: Path, tmp
     assert diff < 5e-2  # requantized to MLX's 8-bit groups of 32, the rest bfloat16
 
 
+Q = gguf.GGMLQuantizationType
+# every other type llama.cpp writes, one per kind of tensor (K-quants need rows of 256)
+OTHER_TYPES = {
+    "attn_q": Q.Q5_0, "attn_k": Q.BF16, "attn_v": Q.Q5_1, "attn_output": Q.Q2_K,
+    "ffn_gate": Q.Q3_K, "ffn_up": Q.Q4_K, "ffn_down": Q.Q5_K, "token_embd": Q.Q6_K,
+}  # fmt: skip
+
+
+def test_every_llama_cpp_type_imports_as_gguf_py_reads_it(tmp_path: Path):
+    """Each tensor of the model equals what gguf-py's own reader and dequantizer make of the
+    file (q/k rows un-interleaved), and the model runs."""
+    path = tmp_path / "types.gguf"
+    write_tiny_gguf(path, types=OTHER_TYPES, hidden_size=256)
+    model, _ = mlx_lm_load(str(convert_gguf(path, tmp_path / "out", dequantize=True)))
+    params = dict(tree_flatten(model.parameters()))
+    reader = gguf.GGUFReader(str(path))
+    seen = set()
+    for tensor in reader.tensors:
+        name = gguf_import.hf_name(tensor.name, gguf_import.ARCHITECTURES["llama"])
+        expected = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        module = name.split(".")[-2]
+        if module in ("q_proj", "k_proj"):
+            heads = 4 if module == "q_proj" else 2
+            expected = gguf_import.unpermute_rope_rows(expected, heads)
+        np.testing.assert_array_equal(np.array(params[name]), expected.astype(np.float32))
+        seen.add(tensor.tensor_type)
+    assert seen >= set(OTHER_TYPES.values())
+    assert mx.isfinite(model(mx.array([PROMPT]))).all().item()
+
+
 def test_tokenizer_matches_the_metadata(converted: Path):
     _, tokenizer = mlx_lm_load(str(converted))
     tokens = tokenizer_metadata()["tokenizer.ggml.tokens"]
@@ -115,11 +147,27 @@ def test_progress_reports_every_tensor(tiny_gguf, tmp_path: Path):
     assert seen[-1][0] == seen[-1][1] == len(seen)
 
 
-def test_unsupported_architecture_is_a_clear_error(tmp_path: Path):
-    path = tmp_path / "gemma.gguf"
-    write_tiny_gguf(path, architecture="gemma")
-    with pytest.raises(LazymlxError, match="architecture 'gemma' is not supported"):
+@pytest.mark.parametrize("architecture", ["gemma", "phi3", "mamba"])
+def test_unsupported_architecture_is_refused_by_name_before_any_tensor(
+    tmp_path: Path, monkeypatch, architecture: str
+):
+    path = tmp_path / f"{architecture}.gguf"
+    write_tiny_gguf(path, architecture=architecture)
+
+    def never(*_args):
+        raise AssertionError("a tensor was read")
+
+    monkeypatch.setattr(GGUFFile, "tensor", never)
+    message = f"architecture '{architecture}' is not supported"
+    with pytest.raises(LazymlxError, match=message):
+        preflight(path)  # reads the header up to general.architecture, the first key
+    with pytest.raises(LazymlxError, match=message):
         convert_gguf(path, tmp_path / "out", dequantize=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_early_check_knows_the_architectures_the_import_converts():
+    assert tuple(gguf_import.ARCHITECTURES) == SUPPORTED_ARCHITECTURES
 
 
 def test_unsupported_tokenizer_is_a_clear_error(tmp_path: Path):
