@@ -45,7 +45,9 @@ def bench_table(paths: list[Path]) -> str:
     for path in paths:
         for r in json.loads(path.read_text())["rows"]:
             lines.append(
-                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f} ± {r['ttft_std']:.2f} "
+                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f}"
+                + ("" if r["ttft_std"] is None else f" ± {r['ttft_std']:.2f}")
+                + " "
                 f"| {r['speedup']:.2f}x "
                 f"| {r['compute_fraction']:.0%} | {r['generation_tps']:.1f} "
                 f"| {r['peak_memory_gb']:.2f} | {'yes' if r['answer_correct'] else 'no'} "

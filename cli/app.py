@@ -82,8 +82,19 @@ PromptCacheFile = Annotated[
         help="A context file: continue from it if it exists, save the context to it after.",
     ),
 ]
+ModelArgument = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="MODEL",
+        help="The model, as --model takes it (ollama's `run MODEL` habit).",
+        show_default=False,
+    ),
+]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar and no stats line on stderr.")
+]
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Every figure in the stats line, spelled out.")
 ]
 NoComplete = Annotated[
     bool,
@@ -122,6 +133,28 @@ def preflight(model: str) -> None:
     path = Path(model).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         check_gguf(path)
+
+
+def _one_model(name: str | None, model: str) -> str:
+    """The model named first (`lazymlx chat MODEL`) or with -m; both must agree."""
+    if name is not None and model not in (DEFAULT_MODEL, name):
+        raise LazymlxError(f"two models named: {name} and -m {model}; give one")
+    return name or model
+
+
+def _check_continues(saved: list[int], prompt: list[int], path: str) -> None:
+    """Refuse a prompt that would replace most of a context file's document when saved: it
+    must share at least half of the file's tokens (a new question about the same document
+    does; an unrelated prompt does not)."""
+    from mlx_lm.utils import common_prefix_len
+
+    shared = common_prefix_len(saved, prompt)
+    if 2 * shared < len(saved):
+        raise LazymlxError(
+            f"the prompt shares {shared} of the {len(saved)} tokens saved in {path}, so saving "
+            "would replace that context; add --prompt-cache-readonly to answer from it without "
+            "saving, or give another --prompt-cache-file"
+        )
 
 
 def load_model(model: str):
@@ -187,6 +220,7 @@ def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed) -> dict:
 
 @app.command()
 def chat(
+    name: ModelArgument = None,
     model: ModelOption = DEFAULT_MODEL,
     system: System = None,
     max_tokens: MaxTokens = 512,
@@ -204,8 +238,10 @@ def chat(
     prompt_cache_file: PromptCacheFile = None,
     no_complete: NoComplete = False,
     quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
+    model = _one_model(name, model)
     preflight(model)
     from lazymlx.cli.chat import ChatFiles, LineReader, answer, repl
     from lazymlx.contexts import check_save_path
@@ -235,19 +271,22 @@ def chat(
     )
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
     if prompt is not None:
-        answer(session, prompt.strip(), quiet)
+        answer(session, prompt.strip(), quiet, verbose)
         files.autosave()
         return
     reader = LineReader(
         session.complete_step, lambda text: len(session.tokenizer.encode(text, verbose=False))
     )
     title = f"{model} · preset {lazy} · {device_name()}"
-    repl(session, read_line=reader, files=files, title=title, quiet=quiet)
+    repl(session, read_line=reader, files=files, title=title, quiet=quiet, verbose=verbose)
 
 
 @app.command()
 def generate(
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The prompt; '-' reads stdin.")],
+    name: ModelArgument = None,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", "-p", help="The prompt; '-' reads stdin.")
+    ] = None,
     model: ModelOption = DEFAULT_MODEL,
     system: System = None,
     max_tokens: MaxTokens = 256,
@@ -270,10 +309,23 @@ def generate(
     ] = False,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
+    readonly: Annotated[
+        bool,
+        typer.Option(
+            "--prompt-cache-readonly",
+            help="Continue from the context file but leave it as it is (mlx-lm's use of it).",
+        ),
+    ] = False,
     no_complete: NoComplete = False,
     quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Generate a completion for one prompt."""
+    model = _one_model(name, model)
+    if prompt is None:
+        raise LazymlxError("give the prompt with -p TEXT (or -p - to read it from stdin)")
+    if readonly and not prompt_cache_file:
+        raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
     from lazymlx.cli.chat import stats_line
     from lazymlx.contexts import (
@@ -294,7 +346,7 @@ def generate(
     check_text(prompt)
     if raw and system:
         raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
-    if prompt_cache_file:
+    if prompt_cache_file and not readonly:
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
@@ -312,6 +364,10 @@ def generate(
     context = Context(new_cache(loaded_model, config))
     if prompt_cache_file and context_file_exists(prompt_cache_file):
         context, _ = load_context(prompt_cache_file, loaded_model, model, config)
+        if not readonly:
+            _check_continues(context.tokens, tokens, prompt_cache_file)
+    elif readonly:
+        raise LazymlxError(f"no context file at {prompt_cache_file} to continue from")
     new_tokens = tokens[context.reuse(tokens, loaded_model) :]
     text, last = [], None
     with PromptProgress(show=not quiet) as progress:
@@ -342,15 +398,17 @@ def generate(
             "peak_memory_gb": last.peak_memory,
             "finish_reason": last.finish_reason,
             "lazy": lazy,
-            "prefill_fraction": last.lazy.prefill_fraction if last.lazy else 1.0,
             "cached_tokens": last.cached_tokens,
         }
+        if last.lazy and last.lazy.pruned:  # what pruning bought, when it changed anything
+            result["work_share"] = last.lazy.work_share
+            result["revived_tokens"] = last.lazy.revived_tokens
         write_text(json.dumps(result) + "\n")
     else:
         write_text("\n")
         if not quiet:
-            err.print(stats_line(last), style="dim", soft_wrap=True)
-    if prompt_cache_file:  # after the answer is shown: completing a pruned context takes a while
+            err.print(stats_line(last, verbose), style="dim", soft_wrap=True)
+    if prompt_cache_file and not readonly:  # after the answer: completing takes a while
         save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
 
 

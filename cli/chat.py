@@ -13,13 +13,13 @@ from lazymlx.session import ChatSession
 
 MULTILINE = '"""'
 HELP = """commands:
-  /help    this help
-  /clear   forget the conversation (the system prompt stays)
-  /save FILE  save the conversation and its computed context to FILE
-  /load FILE  continue a conversation saved with /save (or --prompt-cache-file)
-  /status  the conversation's size and how much of its context is computed
-  /bye     leave (Ctrl-D works too)
-  \"\"\"      start and end a multi-line message (a pasted text is one message anyway)
+  /help        this help
+  /clear       forget the conversation (the system prompt stays)
+  /save FILE   save the conversation and its computed context to FILE
+  /load FILE   continue a conversation saved with /save (or --prompt-cache-file)
+  /status      the conversation's size and how much of its context is computed
+  /bye         leave (Ctrl-D works too)
+  \"\"\"          start and end a multi-line message (a paste is one message anyway)
 Ctrl-C stops the current answer; the conversation goes on."""
 
 ReadLine = Callable[[str], str]
@@ -60,25 +60,44 @@ class LineReader:
         return self._counted[1]
 
 
-def stats_line(response: Response) -> str:
-    lazy = (
-        f" · prefill computed {response.lazy.prefill_fraction:.0%} of the prompt's layer work"
-        if response.lazy
-        else ""
-    )
+def stats_line(response: Response, verbose: bool = False) -> str:
+    """One dim line under an answer, within 80 columns: `TTFT 2.4 s · 541 tok (520 cached) ·
+    48% of the work · 14 tok/s · 0.6 GB`. The work share (the conversation's (token, layer)
+    work against stock's) shows only when pruning changed something, with the pruned tokens
+    this turn brought back. verbose: every figure, spelled out."""
+    lazy = response.lazy if response.lazy and response.lazy.pruned else None
     cached = f" ({response.cached_tokens} cached)" if response.cached_tokens else ""
-    return (
-        f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok{cached}, "
-        f"{response.prompt_tps:.1f} tok/s{lazy} · generation {response.generation_tokens} tok, "
-        f"{response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
-    )
+    if verbose:
+        work = ""
+        if lazy:
+            work = f" · context {lazy.work_share:.0%} of stock's layer work"
+            if lazy.revived_tokens:
+                work += f", {lazy.revived_tokens} pruned tokens revived"
+        return (
+            f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok{cached}, "
+            f"{response.prompt_tps:.1f} tok/s{work} · generation {response.generation_tokens} "
+            f"tok, {response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
+        )
+    ttft = f"{response.ttft_s:.1f}" if response.ttft_s >= 1 else f"{response.ttft_s:.2f}"
+    parts = [f"TTFT {ttft} s", f"{response.prompt_tokens} tok{cached}"]
+    if lazy and lazy.revived_tokens:
+        parts.append(f"{lazy.work_share:.0%} work, {lazy.revived_tokens} revived")
+    elif lazy:
+        parts.append(f"{lazy.work_share:.0%} of the work")
+    if response.generation_tokens > 1:
+        parts.append(f"{response.generation_tps:.0f} tok/s")
+    parts.append(f"{response.peak_memory:.1f} GB")
+    return " · ".join(parts)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def status_line(session: ChatSession) -> str:
     """The conversation's size and how much of its context is computed (idle time completes it)."""
     turns = sum(m["role"] == "user" for m in session.messages)
-    tokens = len(session.context.tokens)
-    line = f"{turns} {'turn' if turns == 1 else 'turns'}, {tokens} tokens in context"
+    line = f"{plural(turns, 'turn')}, {plural(len(session.context.tokens), 'token')} in context"
     if not session.context.lazy:
         return line
     state = session.context.cache
@@ -87,7 +106,7 @@ def status_line(session: ChatSession) -> str:
     return f"{line} · {share:.0%} of its layer work computed · {done}"
 
 
-def answer(session: ChatSession, message: str, quiet: bool = False) -> None:
+def answer(session: ChatSession, message: str, quiet: bool = False, verbose: bool = False) -> None:
     """Stream one reply to stdout, after a progress bar while a long prompt is computed, and its
     stats to stderr (quiet: the reply only); Ctrl-C ends the reply, not the session."""
     last = None
@@ -102,7 +121,7 @@ def answer(session: ChatSession, message: str, quiet: bool = False) -> None:
         return
     write_text("\n")
     if last is not None and not quiet:
-        err.print(stats_line(last), style="dim", soft_wrap=True)
+        err.print(stats_line(last, verbose), style="dim", soft_wrap=True)
 
 
 def read_message(read_line: ReadLine) -> tuple[str, bool]:
@@ -141,7 +160,8 @@ class ChatFiles:
         self.session.load(path, self.model)
         turns = sum(m["role"] == "user" for m in self.session.messages)
         err.print(
-            f"[dim]loaded {path}: {turns} turns, {len(self.session.context.tokens)} tokens[/]"
+            f"[dim]loaded {path}: {plural(turns, 'turn')}, "
+            f"{plural(len(self.session.context.tokens), 'token')}[/]"
         )
 
     def autosave(self) -> None:
@@ -187,6 +207,7 @@ def repl(
     files: ChatFiles | None = None,
     title: str = "",
     quiet: bool = False,
+    verbose: bool = False,
 ) -> None:
     """The interactive chat; one dim line opens it: `title` (model, preset, device), then hints."""
     hints = "type a message, /help for commands, /bye to leave"
@@ -207,7 +228,7 @@ def repl(
                 return
             continue
         try:
-            answer(session, message, quiet)
+            answer(session, message, quiet, verbose)
             if files is not None:
                 files.autosave()
         except LazymlxError as error:  # this message can't be answered; the chat goes on

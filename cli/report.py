@@ -7,6 +7,7 @@ into a README as it is. JSON is one object (header keys, then "rows" and any ext
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 import time
@@ -77,11 +78,15 @@ def emit(
             table.add_column(heading, no_wrap=True)
         for row in rows:
             table.add_row(*(show(row[key]) for key, _, show in columns))
-        if out.is_terminal:
-            out.print(table)
-        else:  # a file or a pipe: nothing limits the width, so keep every cell whole
+        # a file or a pipe: nothing limits the width, so keep every cell whole
+        width = None
+        if not out.is_terminal:
             width = Measurement.get(out, out.options.update(max_width=10_000), table).maximum
-            Console(file=out.file, width=width, highlight=False).print(table)
+        text = io.StringIO()
+        Console(file=text, width=width or out.width, highlight=False).print(table)
+        # a markdown box draws its top and bottom edges as lines of spaces: leave them out
+        lines = [line.rstrip() for line in text.getvalue().splitlines() if line.strip()]
+        out.file.write("\n".join(lines) + "\n")
 
 
 def _plain_lines(total: int) -> Callable[[str], None]:

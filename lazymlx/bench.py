@@ -115,8 +115,9 @@ def bench(
     return rows
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    """The mean and, from two values on, the standard deviation (None: one value has none)."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -> dict:

@@ -16,6 +16,7 @@ depths: each (token, layer) pair below a token's depth was computed exactly once
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Container
@@ -322,6 +323,7 @@ class LazyState(list):
         super().__init__(entries)
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
         self.config: LazyConfig | None = None  # the config of its latest step (completion's)
+        self.revived = 0  # earlier tokens its latest prompt step brought back
 
     @property
     def layers(self) -> list[LazyKVCache]:
@@ -410,6 +412,19 @@ class LazyState(list):
                 f"{available / 1e9:.1f} GB allows; shorten the prompt"
             )
 
+    def metadata(self) -> dict[str, str]:
+        """What a context file says of itself, as the CLI writes it: the model (the name
+        lazymlx.load was given), lazymlx's version, the preset and the tokens."""
+        from lazymlx import __version__
+        from lazymlx.config import preset_name
+
+        return {
+            "model": getattr(self.adapter.model, "lazymlx_name", "an unnamed model"),
+            "lazymlx": __version__,
+            "preset": preset_name(self.config),
+            "tokens": json.dumps(self.tokens),
+        }
+
     @property
     def complete(self) -> bool:
         """Whether completing it (lazymlx/complete.py) has nothing left to do."""
@@ -427,7 +442,8 @@ class LazyState(list):
             from lazymlx.complete import complete as finish
 
             finish(self, self.config)
-        metadata = (metadata or {}) | {"complete": "true" if self.complete else "false"}
+        metadata = self.metadata() | (metadata or {})
+        metadata["complete"] = "true" if self.complete else "false"
         entries, metadata = distributed.whole_heads(list(self), metadata)
         distributed.on_leader(save_prompt_cache_atomic, path, entries, metadata)
 

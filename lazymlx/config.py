@@ -399,6 +399,13 @@ PRESETS: dict[str, LazyConfig] = {
 PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse")
 
 
+def preset_name(config: LazyConfig | None) -> str:
+    """The built-in preset a config is, else "custom" (a context file's metadata)."""
+    if config is None:
+        return "off"
+    return next((name for name, preset in PRESETS.items() if preset == config), "custom")
+
+
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     """The paper's comparison strategies at a schedule: ranked statically or at random, and, like
     one-shot pruning, never revived (decoding attends to the KV the prompt step left)."""

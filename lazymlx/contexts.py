@@ -146,13 +146,20 @@ def load_context(
     """A context file's context and its extra metadata; refuses a file of another model or kind."""
     path = _checked_name(path)
     entries, metadata = distributed.read_context(lambda: _read(path), path)
-    saved_model = metadata.get("model", "an unknown model")
+    lacking = [key for key in ("model", "preset", "tokens") if key not in metadata]
+    if lacking:
+        raise LazymlxError(
+            f"{path} lacks lazymlx's metadata ({', '.join(lacking)}): it was saved by mlx-lm's "
+            "save_prompt_cache or by hand; save the context with lazymlx (--prompt-cache-file, "
+            "/save or LazyState.save) to continue it here"
+        )
+    saved_model = metadata["model"]
     if saved_model != model_name:
         raise LazymlxError(
             f"{path} holds a context of {saved_model}, not {model_name}; "
             f"load it with --model {saved_model}"
         )
-    preset = metadata.get("preset", "off")
+    preset = metadata["preset"]
     if (preset != "off") != (lazy is not None):
         kind = "pruning on" if preset != "off" else "pruning off (stock mlx-lm)"
         raise LazymlxError(f"{path} was saved with {kind}; load it with --lazy {preset}")

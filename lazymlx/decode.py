@@ -62,9 +62,10 @@ class LazyModel(nn.Module):
         self.start = state.offset
         self.decoded = 0  # decode steps run with revival
         # (token, layer) pairs computed before this call and by its prompt step (its own tokens'
-        # and any it revived), read before any decode step
+        # and any it revived), and the earlier tokens it revived, read before any decode step
         self.pairs_before = state.pairs()
         self.prompt_pairs = prompt_length * state.num_layers
+        self.revived = 0
 
     def __call__(self, inputs: mx.array, cache: object = None, **unused: object) -> mx.array | None:
         state = self.context
@@ -80,6 +81,7 @@ class LazyModel(nn.Module):
                 state, prompt, self.config, self.chunk, self.progress, self.prunes, self.ends
             )
             self.prompt_pairs = state.pairs() - self.pairs_before
+            self.revived = state.revived
             return logits
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
             if not prompt and self.reviving():

@@ -44,30 +44,39 @@ STEP_OPTIONS = frozenset(inspect.signature(generate_step).parameters) - {"prompt
 
 @dataclass(frozen=True)
 class LazyStats:
-    """What the engine computed, read from the context (never estimated).
+    """What the engine computed, read from the context (never estimated). Each (token, layer)
+    pair below a token's depth was computed exactly once, so pairs are depths.
 
-    prefill_fraction: (token, layer) pairs the prompt step computed ÷ what stock computes for it
-        (its tokens × layers). Each pair below a token's depth was computed exactly once, so
-        pairs are depths. A step over a pruned context may revive earlier tokens, paying back
-        work their own step skipped: then the share can exceed 1.
-    context_fraction: every pair computed in the context so far ÷ (its tokens × layers), at the
-        end of this prompt step: the whole conversation's work against stock's, never above 1.
+    work_share: every pair computed in the context so far ÷ stock's (its tokens × layers), at
+        the end of this call's prompt step: the whole conversation's work against stock's,
+        never above 1. What pruning saved is 1 - work_share.
+    revived_tokens: earlier tokens (pruned by an earlier step) this call's prompt step brought
+        back, computing the layers they had skipped.
+    step_share: the prompt step's own pairs (its tokens' and the revived ones') ÷ stock's for
+        its tokens; above 1 when it revived. The eval's measure of one step, not shown to users.
     kv_rows_per_layer: the tokens each layer's cache holds after this call's prompt step.
     """
 
-    prefill_fraction: float
-    context_fraction: float
+    work_share: float
+    revived_tokens: int
+    step_share: float
     kv_rows_per_layer: tuple[int, ...]
     kv_bytes: int
     aux_bytes: int
+
+    @property
+    def pruned(self) -> bool:
+        """Whether pruning changed anything so far (else the figures say nothing)."""
+        return self.work_share < 1 or self.revived_tokens > 0
 
     @classmethod
     def of(cls, model: LazyModel, prompt_tokens: int) -> LazyStats:
         state, layers = model.context, model.context.num_layers
         return cls(
-            prefill_fraction=model.prompt_pairs / (prompt_tokens * layers),
-            context_fraction=(model.pairs_before + model.prompt_pairs)
+            work_share=(model.pairs_before + model.prompt_pairs)
             / ((model.start + prompt_tokens) * layers),
+            revived_tokens=model.revived,
+            step_share=model.prompt_pairs / (prompt_tokens * layers),
             kv_rows_per_layer=tuple(cache.rows for cache in state.layers),
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
@@ -151,9 +160,14 @@ def cached_length(cache: list[Any] | None) -> int:
     return cache[0].offset if cache else 0
 
 
+def context_limit(model: nn.Module) -> int | None:
+    """The most tokens the model was trained to attend over (None: its config doesn't say)."""
+    return getattr(getattr(model, "args", None), "max_position_embeddings", None)
+
+
 def check_context(model: nn.Module, tokens_in_context: int) -> None:
     """Refuse, before any work, a prompt longer than the model was trained to attend over."""
-    limit = getattr(getattr(model, "args", None), "max_position_embeddings", None)
+    limit = context_limit(model)
     if limit and tokens_in_context > limit:
         raise LazymlxError(
             f"the prompt needs {tokens_in_context} tokens of context but the model handles at most "

@@ -50,6 +50,7 @@ from lazymlx.generation import (
     check_logit_bias,
     check_text,
     check_vocabulary,
+    context_limit,
     encode_prompt,
     resolve_lazy,
     stream_generate,
@@ -65,6 +66,10 @@ REQUEST_OPTIONS = frozenset(
 ) | (
     STEP_OPTIONS
     - {"max_tokens", "prompt_cache", "prompt_progress_callback", "sampler", "logits_processors"}
+)
+# submit's own keyword arguments, named beside the options when one is unknown
+SUBMIT_ARGUMENTS = frozenset(
+    {"messages", "max_tokens", "lazy", "on_progress", "seed", "logprobs", "listener", "fit_context"}
 )
 Progress = Callable[[int, int], None]
 _END = object()
@@ -91,6 +96,8 @@ class Stream:
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    max_tokens: int = 0  # the most tokens it may generate (fit_context may have lowered it)
+    started: float | None = None  # time.monotonic() when the generation thread took it up
     generated: int = 0  # responses produced so far
     # called on the generation thread with each response, an error, and None at the end, in
     # place of iterating: how an event loop (the server) is woken without a thread blocked per
@@ -199,6 +206,7 @@ class LLM:
         seed: int | None = None,
         logprobs: int | None = None,
         listener: Callable[[Response | Exception | None], None] | None = None,
+        fit_context: bool = False,
         **options: Any,
     ) -> Stream:
         """Queue a request and return its stream at once.
@@ -207,7 +215,10 @@ class LLM:
         model's chat template. Exactly one of the two. lazy: this request's preset (default: the
         LLM's). on_progress(done, total) reports prefill progress in prompt tokens; it runs on
         the generation thread, so a UI should hand it to its main thread. logprobs=k sets each
-        response's token_logprob and its k likeliest alternatives (top_logprobs). Other options
+        response's token_logprob and its k likeliest alternatives (top_logprobs). fit_context:
+        lower max_tokens to what the model's context leaves after the prompt (the stream's
+        max_tokens says what it became). listener: called on the generation thread with each
+        response, an error, and None at the end, in place of iterating the stream. Other options
         are stream_generate's (temp, top_p, top_k, min_p, repetition_penalty, presence_penalty,
         frequency_penalty, logit_bias, ...). Bad arguments raise LazymlxError here, before
         anything is queued.
@@ -228,6 +239,9 @@ class LLM:
         else:
             tokens = encode_prompt(self.tokenizer, prompt).tolist()
         check_context(self.model, len(tokens))
+        limit = context_limit(self.model)
+        if fit_context and limit:
+            max_tokens = max(1, min(max_tokens, limit - len(tokens)))
         if tokens:
             check_vocabulary(self.model, max(tokens))
         if max_tokens < 1:
@@ -237,8 +251,9 @@ class LLM:
         check_logit_bias(self.model, options.get("logit_bias"))
         unknown = sorted(set(options) - REQUEST_OPTIONS)
         if unknown:
+            takes = sorted(REQUEST_OPTIONS | SUBMIT_ARGUMENTS)
             raise LazymlxError(
-                f"unknown option {', '.join(unknown)}; submit takes {', '.join(sorted(REQUEST_OPTIONS))}"
+                f"unknown option {', '.join(unknown)}; submit takes {', '.join(takes)}"
             )
         if self.leads:
             try:
@@ -251,7 +266,7 @@ class LLM:
         config = self.lazy if lazy is ... else self._preset(lazy)
         if seed is not None:
             options["seed"] = seed
-        stream = Stream(prompt_tokens=len(tokens), listener=listener)
+        stream = Stream(prompt_tokens=len(tokens), max_tokens=max_tokens, listener=listener)
         request = _Request(
             tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress, logprobs
         )
@@ -352,6 +367,7 @@ class LLM:
 
     def _serve(self, request: _Request) -> None:
         stream = request.stream
+        stream.started = time.monotonic()
         if stream.cancelled:
             return
         if self.leads:

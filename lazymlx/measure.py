@@ -70,7 +70,7 @@ def run_once(
         # one token is no decode at all: mlx-lm would divide 1 by a few microseconds
         generation_tps=last.generation_tps if last.generation_tokens > 1 else 0.0,
         peak_memory_gb=last.peak_memory,
-        compute_fraction=last.lazy.prefill_fraction if last.lazy else 1.0,
+        compute_fraction=last.lazy.work_share if last.lazy else 1.0,
         tokens=tokens,
         text="".join(pieces),
     )

@@ -134,7 +134,9 @@ def prompt_step(
     start, layers_before = state.offset, [cache.rows for cache in state.layers]
     revivals = Revivals()
     try:
-        return _layers(state, tokens, config, chunk, progress, prune, revivals, ends)
+        logits = _layers(state, tokens, config, chunk, progress, prune, revivals, ends)
+        state.revived = sum(positions.size for positions, _, _ in revivals.saved)
+        return logits
     except BaseException:
         for cache, rows in zip(state.layers, layers_before, strict=True):
             cache.rows, cache.offset = rows, start

@@ -176,8 +176,8 @@ def _messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
                 if kind != "text":
                     raise Refusal(
                         400,
-                        f"messages[{i}].content[{j}] is a {kind!r} part; this server reads text "
-                        "parts only",
+                        f"messages[{i}].content[{j}] is {'an' if str(kind)[:1] in 'aeiou' else 'a'} "
+                        f"{kind!r} part; this server reads text parts only",
                         "messages",
                     )
             content = "".join(part.get("text", "") for part in content)
@@ -285,8 +285,9 @@ class _Request:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.stream: Stream | None = None
         self.last: Response | None = None
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # its arrival
         self.progress: tuple[int, int] | None = None  # prefill (done, total), from the thread
+        self.max_tokens_asked = 0
 
     def listener(self, item: Response | Exception | None) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
@@ -335,36 +336,51 @@ class _Request:
         log.info("%s %s, %.0f s", self.ident, self.waiting(), elapsed)
 
     def usage(self) -> dict[str, Any]:
+        """OpenAI's usage, and lazymlx's own: ttft_s from the request's arrival (queued_s of it
+        spent waiting for the requests ahead), the share of stock's (token, layer) work the
+        conversation's context has cost so far and the pruned tokens this request brought back
+        (when pruning changed anything), and max_tokens when it was capped."""
         stream, last = self.stream, self.last
         completion = last.generation_tokens if last else 0
-        return {
+        usage = {
             "prompt_tokens": stream.prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": stream.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": stream.cached_tokens},
-            # lazymlx's own: seconds to the first token, and the prefill work computed
-            "ttft_s": last.ttft_s if last else None,
-            "prefill_fraction": last.lazy.prefill_fraction if last and last.lazy else 1.0,
         }
+        queued = None if stream.started is None else stream.started - self.started
+        usage["queued_s"] = queued
+        usage["ttft_s"] = queued + last.ttft_s if last and queued is not None else None
+        if last and last.lazy and last.lazy.pruned:
+            usage["work_share"] = last.lazy.work_share
+            usage["revived_tokens"] = last.lazy.revived_tokens
+        if stream.max_tokens < self.max_tokens_asked:
+            usage["max_tokens"] = stream.max_tokens
+            usage["max_tokens_asked"] = self.max_tokens_asked
+        return usage
 
     def log_end(self, status: int, finish: str) -> None:
         """The request's one log line: what it cost and how it ended."""
         usage, elapsed = self.usage(), time.monotonic() - self.started
         ttft = f"{usage['ttft_s']:.2f} s" if usage["ttft_s"] is not None else "-"
-        log.info(
-            "%s %s %d · prompt %d tok, %d cached · TTFT %s · prefill %.0f%% · %d tok out · %s · "
-            "%.2f s",
-            self.ident,
-            self.endpoint,
-            status,
-            usage["prompt_tokens"],
-            usage["prompt_tokens_details"]["cached_tokens"],
-            ttft,
-            100 * usage["prefill_fraction"],
-            usage["completion_tokens"],
-            finish,
-            elapsed,
-        )
+        queued = usage["queued_s"] or 0.0
+        parts = [
+            f"{self.ident} {self.endpoint} {status}",
+            f"prompt {usage['prompt_tokens']} tok, "
+            f"{usage['prompt_tokens_details']['cached_tokens']} cached",
+            f"TTFT {ttft}" + (f" ({queued:.2f} s queued)" if queued >= 0.01 else ""),
+        ]
+        if "work_share" in usage:
+            revived = usage["revived_tokens"]
+            parts.append(
+                f"{usage['work_share']:.0%} of the work"
+                + (f", {revived} revived" if revived else "")
+            )
+        parts.append(f"{usage['completion_tokens']} tok out")
+        if "max_tokens" in usage:
+            parts.append(f"max_tokens {usage['max_tokens_asked']} capped to {usage['max_tokens']}")
+        parts += [finish, f"{elapsed:.2f} s"]
+        log.info("%s", " · ".join(parts))
 
 
 def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
@@ -448,18 +464,16 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
         return body
 
     async def start(body: _Body, pending: _Request, top: int | None, **prompt: Any) -> None:
-        max_tokens = body.max_completion_tokens or body.max_tokens or min(512, limits.max_tokens)
-        if max_tokens > limits.max_tokens:
-            raise Refusal(
-                400,
-                f"max_tokens is {max_tokens}; this server allows {limits.max_tokens}",
-                "max_tokens",
-            )
+        """Queue the request; max_tokens above the server's limit or the model's context (many
+        clients ask 4096-8192 by default) is capped, and usage and the log say so."""
+        asked = body.max_completion_tokens or body.max_tokens or min(512, limits.max_tokens)
+        pending.max_tokens_asked = asked
         try:  # tokenizing a large body is work: off the event loop
             pending.stream = await asyncio.to_thread(
                 llm.submit,
                 **prompt,
-                max_tokens=max_tokens,
+                max_tokens=min(asked, limits.max_tokens),
+                fit_context=True,
                 lazy=body.lazy or ...,
                 seed=body.seed,
                 logprobs=top,

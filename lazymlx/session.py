@@ -21,7 +21,7 @@ from lazymlx.complete import step
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response, check_text, stream_generate
+from lazymlx.generation import Response, check_text, context_limit, stream_generate
 
 
 class ChatSession:
@@ -43,8 +43,7 @@ class ChatSession:
             )
         self.model, self.tokenizer, self.system, self.lazy = model, tokenizer, system, lazy
         self.generation = generation  # max_tokens, temp, ... for every turn
-        limit = getattr(getattr(model, "args", None), "max_position_embeddings", None)
-        self.max_context = max_context or limit
+        self.max_context = max_context or context_limit(model)
         self.dropped_turns = 0  # turns forgotten to stay within max_context
         self.clear()
 

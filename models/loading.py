@@ -92,6 +92,11 @@ def resolve(name_or_path: str, progress: Progress | None = None) -> Path:
         raise LazymlxError(f"no such file or directory: {name_or_path}")
     if _HUB_ID.fullmatch(name_or_path):
         return _from_hub(name_or_path)
+    if name_or_path.isdigit():  # mlx-lm's -m is --max-tokens; here it is the model
+        raise LazymlxError(
+            f"unknown model {name_or_path!r}: -m names the model here; the most tokens to "
+            f"generate is -n (--max-tokens), e.g. -n {name_or_path}"
+        )
     raise LazymlxError(f"unknown model {name_or_path!r}; give {_known_inputs()}")
 
 
@@ -145,4 +150,5 @@ def _load(
         raise LazymlxError(f"mlx-lm cannot load {model_dir}: {error}") from None
     if not keep_quantized():
         _to_fp32(model)
+    model.lazymlx_name = name_or_path  # what a saved context names as its model
     return model, tokenizer

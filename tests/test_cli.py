@@ -86,7 +86,7 @@ def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert data["lazy"] == preset
-        fractions[preset, repeats] = data["prefill_fraction"]
+        fractions[preset, repeats] = data.get("work_share", 1.0)  # absent: nothing pruned
     assert fractions["off", 150] == 1.0 and fractions["default", 150] < 0.9
     assert fractions["default", 40] == 1.0  # a short prompt runs whole
 
@@ -100,7 +100,7 @@ def test_generate_applies_the_chat_template_unless_raw(tiny_model_dir: Path):
 def test_chat_one_shot_prints_the_answer_and_stats(tiny_model_dir: Path):
     result = runner.invoke(app, ["chat", "-m", str(tiny_model_dir), "-p", "the cat", "-n", "4"])
     assert result.exit_code == 0, result.output
-    assert "TTFT" in result.stderr and "peak memory" in result.stderr
+    assert "TTFT" in result.stderr and " GB" in result.stderr
     assert "TTFT" not in result.stdout
 
 
@@ -176,7 +176,7 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
         (["generate", "-p", "hi", "-m", "/nowhere/x.gguf"], "no such file or directory", 1),
         (["chat", "--max-tokens", "0"], "Invalid value for '--max-tokens'", 2),
         (["chat", "--temp", "hot"], "Invalid value for '--temp'", 2),
-        (["generate"], "Missing option '--prompt'", 2),
+        (["generate"], "give the prompt with -p TEXT", 1),
         (["frobnicate"], "No such command 'frobnicate'", 2),
         (["generate", "-p", "  "], "the prompt is empty", 1),
         (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; give a registry name", 1),
@@ -481,3 +481,90 @@ def test_an_unwritable_folder_for_a_context_file_is_refused_up_front(monkeypatch
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a user without rights
     with pytest.raises(LazymlxError, match=f"the folder {tmp_path} is not writable"):
         check_save_path(tmp_path / "c.safetensors")
+
+
+def test_a_context_file_survives_an_unrelated_prompt(tmp_path: Path, tiny_model_dir: Path):
+    cache = tmp_path / "doc.safetensors"
+    document = "a long document about cats and dogs " * 20
+    args = ["generate", "-m", str(tiny_model_dir), "--raw", "-n", "3", "--json"]
+    first = runner.invoke(app, [*args, "-p", document + "Q1", "--prompt-cache-file", str(cache)])
+    assert first.exit_code == 0, first.output
+    saved = cache.read_bytes()
+    other = runner.invoke(
+        app, [*args, "-p", "an unrelated prompt", "--prompt-cache-file", str(cache)]
+    )
+    assert other.exit_code == 1 and "saving would replace that context" in str(other.exception)
+    readonly = [*args, "-p", "an unrelated prompt", "--prompt-cache-file", str(cache)]
+    answered = runner.invoke(app, [*readonly, "--prompt-cache-readonly"])
+    assert answered.exit_code == 0, answered.output
+    assert cache.read_bytes() == saved  # the document is still there, untouched
+    again = runner.invoke(app, [*args, "-p", document + "Q2", "--prompt-cache-file", str(cache)])
+    assert json.loads(again.stdout)["cached_tokens"] > 100  # a new question continues it
+
+
+def test_the_work_share_never_exceeds_the_whole_and_hides_when_nothing_was_pruned(
+    tmp_path: Path, tiny_model_dir: Path
+):
+    cache = tmp_path / "doc.safetensors"
+    document = "a long document about cats and dogs " * 30
+    lazy = ["--lazy", "fast", "--no-complete"]  # keep the file pruned: the question revives
+    args = ["generate", "-m", str(tiny_model_dir), "--raw", "-n", "3", "--json", *lazy]
+    first = json.loads(
+        runner.invoke(app, [*args, "-p", document, "--prompt-cache-file", str(cache)]).stdout
+    )
+    assert 0 < first["work_share"] < 1 and first["revived_tokens"] == 0
+    later = runner.invoke(app, [*args, "-p", document + " Q?", "--prompt-cache-file", str(cache)])
+    reused = json.loads(later.stdout)
+    assert reused["work_share"] <= 1 and reused["revived_tokens"] > 0
+    short = json.loads(runner.invoke(app, [*args, "-p", "hello"]).stdout)
+    assert "work_share" not in short  # nothing pruned: nothing to say
+
+
+def test_the_stats_line_fits_80_columns():
+    from lazymlx.cli.chat import stats_line
+    from lazymlx.generation import LazyStats, Response
+
+    lazy = LazyStats(0.48, 320, 1.2, (5410,), 0, 0)
+    response = Response(
+        text="", token=1, logprobs=None, from_draft=False, prompt_tokens=5410, prompt_tps=221.3,
+        generation_tokens=64, generation_tps=14.2, peak_memory=0.62, finish_reason="stop",
+        cached_tokens=5200, ttft_s=12.41, lazy=lazy,
+    )  # fmt: skip
+    line = stats_line(response)
+    assert (
+        line == "TTFT 12.4 s · 5410 tok (5200 cached) · 48% work, 320 revived · 14 tok/s · 0.6 GB"
+    )
+    assert len(line) <= 80
+    assert "320 pruned tokens revived" in stats_line(response, verbose=True)
+
+
+def test_the_model_may_come_first_as_ollama_takes_it(tiny_model_dir: Path):
+    result = runner.invoke(app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    chat = runner.invoke(app, ["chat", str(tiny_model_dir), "-p", "hi", "-n", "2"])
+    assert chat.exit_code == 0, chat.output
+    both = runner.invoke(app, ["generate", str(tiny_model_dir), "-m", "other", "-p", "hi"])
+    assert "two models named" in str(both.exception)
+    digits = runner.invoke(app, ["generate", "-m", "100", "-p", "hi"])
+    assert "the most tokens to generate is -n (--max-tokens), e.g. -n 100" in str(digits.exception)
+
+
+def test_lazy_state_save_writes_what_the_cli_reads(tmp_path: Path, tiny_model_dir: Path):
+    from mlx_lm.models.cache import make_prompt_cache, save_prompt_cache
+
+    from lazymlx import LazyState, load, stream_generate
+    from lazymlx.contexts import load_context
+
+    model, tokenizer = load(str(tiny_model_dir))
+    state = LazyState(model)
+    default = LazyConfig.preset("default")
+    list(
+        stream_generate(model, tokenizer, "the cat sat " * 100, 2, prompt_cache=state, lazy=default)
+    )
+    state.save(tmp_path / "state.safetensors")  # the README's example: no metadata given
+    context, _ = load_context(tmp_path / "state.safetensors", model, str(tiny_model_dir), default)
+    assert context.tokens == state.tokens
+    bare = tmp_path / "bare.safetensors"
+    save_prompt_cache(str(bare), make_prompt_cache(model))  # mlx-lm's own: no metadata
+    with pytest.raises(LazymlxError, match=r"lacks lazymlx's metadata \(model, preset, tokens\)"):
+        load_context(bare, model, str(tiny_model_dir), None)

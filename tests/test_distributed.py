@@ -286,8 +286,8 @@ def test_lazymlx_under_mlx_launch_writes_once_and_saves_a_context_for_its_group(
     out, err = Launch(2, *generate, *prompt, "--prompt-cache-file", str(context)).finish(180)
     assert error_lines(err) == [] and len(out.splitlines()) == 1, err
     group = json.loads(out)
-    assert group["text"] == alone["text"] and group["prefill_fraction"] < 1
-    assert group["prefill_fraction"] == alone["prefill_fraction"]
+    assert group["text"] == alone["text"] and group["work_share"] < 1
+    assert group["work_share"] == alone["work_share"]
     _, refused = Launch(0, *generate, "-p", "x", "--prompt-cache-file", str(context)).finish(60)
     assert error_lines(refused) == [
         f"error: {context} holds the context of a group of 2 ranks; load it in a group of 2 "

@@ -4,6 +4,7 @@ survives Ctrl-C, trimming, saving and loading."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from dataclasses import replace
@@ -140,7 +141,7 @@ def test_stats_are_read_from_the_state(tiny):
     layers = state.num_layers
     prefill_pairs = sum(len(p) for _, p in state.record[:layers])
     stats = responses[-1].lazy
-    assert stats.prefill_fraction == prefill_pairs / (len(prompt) * layers)
+    assert stats.step_share == prefill_pairs / (len(prompt) * layers)
     assert stats.kv_rows_per_layer == tuple(cache.rows for cache in state.layers)
     assert stats.kv_rows_per_layer[0] == state.offset > stats.kv_rows_per_layer[-1]
     assert stats.kv_bytes == state.kv_bytes > 0 and stats.aux_bytes == state.aux_bytes > 0
@@ -550,7 +551,8 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
     state.save(path, {"model": "tiny"})
     assert [p.name for p in tmp_path.iterdir()] == ["context.safetensors"]  # nothing staged left
     loaded, metadata = LazyState.load(path, model, return_metadata=True)
-    assert metadata == {"model": "tiny", "complete": "true"}  # saving completed it
+    assert metadata["model"] == "tiny" and metadata["complete"] == "true"  # saving completed it
+    assert json.loads(metadata["tokens"]) == state.tokens
     assert LazyState.load(path, model).tokens == state.tokens  # mlx-lm's default: the context
     assert loaded.tokens == state.tokens and loaded.offset == state.offset
     assert [c.rows for c in loaded.layers] == [c.rows for c in state.layers]

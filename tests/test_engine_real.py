@@ -56,7 +56,7 @@ def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
     assert prompt.correct(baseline)
     assert "".join(r.text for r in responses) == baseline
     stats = responses[-1].lazy
-    assert stats.prefill_fraction < 0.8  # the default runs 67% of the layers whole
+    assert stats.work_share < 0.8  # the default runs 67% of the layers whole
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
 
 

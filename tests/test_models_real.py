@@ -66,4 +66,4 @@ def test_the_default_prunes_and_keeps_the_passkey(name, qwen, gemma):
     )
     assert prompt.correct(stock)
     assert prompt.correct("".join(r.text for r in responses))
-    assert responses[-1].lazy.prefill_fraction < 0.85
+    assert responses[-1].lazy.work_share < 0.85

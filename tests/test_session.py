@@ -80,7 +80,7 @@ def test_lazy_reply_cut_short_and_clear(tiny):
     next(stream)
     stream.close()
     reply = list(session.send("in the"))
-    assert reply[-1].lazy.prefill_fraction <= 1
+    assert reply[-1].lazy.work_share <= 1
     assert session.context.cache.offset <= len(session.context.tokens)
     assert session.context.cache.tokens == session.context.tokens[: session.context.cache.offset]
     session.clear()
