@@ -21,7 +21,13 @@ from lazymlx.complete import step
 from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response, check_text, context_limit, stream_generate
+from lazymlx.generation import (
+    Response,
+    check_context,
+    check_text,
+    context_limit,
+    stream_generate,
+)
 
 
 class ChatSession:
@@ -104,12 +110,14 @@ class ChatSession:
         early. A turn that fails or is stopped before its first token leaves no trace.
         on_progress(done, total) follows the turn's prefill (mlx-lm's prompt_progress_callback)."""
         check_text(text)
+        before = list(self.messages), self.dropped_turns  # a refused turn drops nothing
         self.messages.append({"role": "user", "content": text})
         try:
             tokens = self._fitted_prompt()
+            check_context(self.model, len(tokens))  # before reuse trims the cache for it
             new_tokens = tokens[self.context.reuse(tokens, self.model) :]
         except BaseException:
-            self.messages.pop()
+            self.messages, self.dropped_turns = before
             raise
         reply: list[str] = []
         generated: list[int] = []
@@ -131,4 +139,4 @@ class ChatSession:
             if generated:
                 self.messages.append({"role": "assistant", "content": "".join(reply)})
             else:
-                self.messages.pop()
+                self.messages, self.dropped_turns = before

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import lazymlx
 from lazymlx import LazyConfig, LazyState
+from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
@@ -97,3 +99,19 @@ def test_a_long_chat_drops_its_oldest_turns_and_stays_within_its_context(tiny):
     assert session.dropped_turns > 0
     assert session.messages[0] == {"role": "system", "content": "be brief"}
     assert session.messages[-2]["content"] == "message number 11 about cats"
+
+
+def test_a_message_too_long_for_the_context_loses_no_earlier_turn(tiny):
+    """Refused before any work: the turns the oversized message would have pushed out stay, and
+    the kept context is not cut back for it."""
+    model, tokenizer = tiny
+    session = ChatSession(model, tokenizer, max_tokens=3)
+    for message in ("the cat sat", "on the mat"):
+        list(session.send(message))
+    messages, tokens = list(session.messages), list(session.context.tokens)
+    offset = session.context.cache[0].offset
+    with pytest.raises(LazymlxError, match="needs .* tokens of context"):
+        list(session.send("a long pasted document " * 2000))
+    assert session.messages == messages and session.context.tokens == tokens
+    assert session.context.cache[0].offset == offset
+    assert list(session.send("and then?"))  # the chat goes on
