@@ -26,7 +26,14 @@ from lazymlx.evals.families import (
     parse_families,
     suite_counts,
 )
-from lazymlx.evals.runner import Outcome, Record, evaluate, right_cases, run_case
+from lazymlx.evals.runner import (
+    Outcome,
+    Record,
+    case_strategies,
+    evaluate,
+    right_cases,
+    run_case,
+)
 from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
 from lazymlx.measure import Strategy
@@ -323,3 +330,12 @@ def test_a_completing_preset_runs_multi_turn_cases_after_completion_and_without(
     assert completed.completion_s > 0 and straight.completion_s == 0
     assert completed.compute_fraction > 0.99 > 0.9 > straight.compute_fraction
     assert completed.first_ttft_s > 0 and straight.first_ttft_s > 0
+
+
+def test_a_no_idle_run_is_made_once_per_config(tiny):
+    model, tokenizer = tiny
+    case = make_case("kept", tokenizer, LENGTH, 0, "calibration")
+    fill = LazyConfig(schedule=((0.25, 0.3),))
+    exact = replace(fill, complete="exact")  # the same run when nothing completes
+    modes = [s.mode for s in case_strategies(case, [Strategy("f", fill), Strategy("e", exact)])]
+    assert modes == ["f", "f no-idle", "e"]

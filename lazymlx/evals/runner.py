@@ -282,11 +282,12 @@ def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
     completion (its own mode) and with no idle time (mode + NO_IDLE)."""
     if case.kind not in MULTI_TURN:
         return strategies
-    runs = []
+    runs: list[Strategy] = []
     for s in strategies:
         runs.append(s)
-        if completes(s.config):
-            runs.append(Strategy(s.mode + NO_IDLE, replace(s.config, complete="off")))
+        straight = replace(s.config, complete="off") if completes(s.config) else None
+        if straight is not None and all(r.config != straight for r in runs):  # one per config
+            runs.append(Strategy(s.mode + NO_IDLE, straight))
     return runs
 
 
