@@ -4,6 +4,8 @@
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl
+.venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
+.venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl
 """
 
 from __future__ import annotations
@@ -107,6 +109,64 @@ def families_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def multiturn_table(paths: list[Path]) -> str:
+    """Multi-turn families per mode, pooled over lengths: answers kept, the later question's TTFT
+    against stock's over its whole cache, the first turn's, and the idle time completion took."""
+    rows = [r for r in summarize(records(paths)) if r["mode"] != "baseline"]
+    lines = [
+        "| family | length | mode | kept | later step TTFT vs stock | first turn TTFT vs stock "
+        "| idle s per 1k tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def times(value: float | None) -> str:
+        return "—" if value is None else f"{value:.2f}x"
+
+    order = {"followup": 0, "kept": 1, "chat": 2, ALL: 3}
+    for row in sorted(rows, key=lambda r: (order.get(r["family"], 9), str(r["length"]), r["mode"])):
+        lines.append(
+            f"| {row['family']} | {row['length']} | {row['mode']} | {kept(row)} "
+            f"| {times(row['speedup'])} | {times(row['first_speedup'])} "
+            f"| {row['idle_s_per_1k']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def kept_table(paths: list[Path]) -> str:
+    """benchmarks/kept_context.py: a question over a kept document, per length and mode, the
+    cases pooled (ratios are totals over stock's, within each case's run)."""
+    lines = [
+        "| model | length | mode | document TTFT vs stock | idle s per 1k tokens "
+        "| longest unit (s) | question TTFT vs stock | decode tok/s | peak GB "
+        "| answers right | = stock's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        data = json.loads(path.read_text())
+        groups: dict[tuple, list[dict]] = {}
+        for row in data["rows"]:
+            groups.setdefault((row["length"], row["mode"]), []).append(row)
+        stock = {row["seed"]: row for row in data["rows"] if row["mode"] == "stock"}
+        for (length, mode), rows in groups.items():
+            base = [stock[r["seed"]] for r in rows]
+            documents = sum(b["document_ttft_s"] for b in base) / sum(
+                r["document_ttft_s"] for r in rows
+            )
+            questions = sum(b["question_ttft_s"] for b in base) / sum(
+                r["question_ttft_s"] for r in rows
+            )
+            idle = 1000 * sum(r["idle_s"] for r in rows) / sum(r["document_tokens"] for r in rows)
+            rates = [r["generation_tps"] for r in rows if r["generation_tps"]]
+            lines.append(
+                f"| {data['model']} | {length} | {mode} | {documents:.2f}x | {idle:.1f} "
+                f"| {max(r['longest_unit_s'] for r in rows):.2f} | {questions:.2f}x "
+                f"| {sum(rates) / len(rates):.1f} | {max(r['peak_memory_gb'] for r in rows):.2f} "
+                f"| {sum(r['correct'] for r in rows)}/{len(rows)} "
+                f"| {sum(r['same_answer'] for r in rows)}/{len(rows)} |"
+            )
+    return "\n".join(lines)
+
+
 def freeform_table(paths: list[Path]) -> str:
     """Free-form agreement per mode and length (the free-form families pooled), with a 95%
     bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
@@ -156,6 +216,8 @@ TABLES = {
     "eval": eval_table,
     "families": families_table,
     "freeform": freeform_table,
+    "multiturn": multiturn_table,
+    "kept": kept_table,
 }
 
 

@@ -46,7 +46,17 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
         "speedup": _speedup(records),
         "decode_ratio": _ratio(beside, "generation_tps"),
         "peak_ratio": _ratio(beside, "peak_memory_gb"),
+        # multi-turn cases: the first turn's TTFT against stock's (completion never touches it)
+        # and the idle time spent completing the context, per 1k tokens of it
+        "first_speedup": _inverse(_ratio(beside, "first_ttft_s")),
+        "idle_s_per_1k": 1000
+        * sum(r.completion_s for r in records)
+        / sum(r.prompt_tokens for r in records),
     }
+
+
+def _inverse(value: float | None) -> float | None:
+    return None if value is None else 1 / value
 
 
 def agreement_strata(records: list[Record]) -> list[list[float]]:
