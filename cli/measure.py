@@ -126,6 +126,19 @@ def bench(
     emit(output, head, rows, BENCH_COLUMNS)
 
 
+def accuracy_cell(row: dict) -> str:
+    """e.g. '31/39 79% (-3 pts [-8, 0])': right answers of the scored cases, as the paper
+    reports accuracy, and the paired difference from stock's on the same cases."""
+    if row["accuracy"] is None:
+        return "—"
+    cell = f"{row['right']}/{row['scored']} {row['accuracy']:.0%}"
+    interval = row["accuracy_delta_interval"]
+    if interval is not None:
+        low, high = interval
+        cell += f" ({100 * row['accuracy_delta']:+.0f} pts [{100 * low:+.0f}, {100 * high:+.0f}])"
+    return cell
+
+
 def kept_cell(row: dict) -> str:
     """e.g. '12/13 92% [67-99%]': answers kept of the baseline's right ones, with the 95% interval;
     for free-form cases, e.g. '17.8 tok [10.8-25.0]': leading tokens agreeing with the baseline's."""
@@ -148,6 +161,7 @@ EVAL_COLUMNS: list[Column] = [
     ("baseline_right", "baseline right", str),
     ("kept_cell", "kept or free-form agreement [95% CI]", str),
     ("gained", "gained", str),
+    ("accuracy_cell", "accuracy (vs stock [95% CI])", str),
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "work vs stock", percent),
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
@@ -195,6 +209,13 @@ def evaluate(
     ] = None,
     journal: Journal = None,
     resume: Resume = False,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference/--no-reference",
+            help="Run the noise floor beside: stock with its weights round-tripped through 8 bits.",
+        ),
+    ] = False,
     right_only: Annotated[
         bool,
         typer.Option(
@@ -222,8 +243,9 @@ def evaluate(
         return
     strategies = [strategy(name, model) for name in _presets(lazy)]
     done, head = _run_suite(
-        model, families, split, lengths, cases, strategies, baselines, journal, resume, right_only
-    )
+        model, families, split, lengths, cases, strategies, baselines, journal, resume,
+        right_only, reference,
+    )  # fmt: skip
     _emit_eval(output, head, done)
 
 
@@ -234,19 +256,32 @@ def _emit_eval(output: str, head: dict, records) -> None:
     rows = summarize(records)
     for row in rows:
         row["kept_cell"] = kept_cell(row)
+        row["accuracy_cell"] = accuracy_cell(row)
     emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
 
 
 def _run_suite(
-    model, families, split, lengths, cases, strategies, baselines, journal, resume, right_only=False
+    model,
+    families,
+    split,
+    lengths,
+    cases,
+    strategies,
+    baselines,
+    journal,
+    resume,
+    right_only=False,
+    reference=False,
 ):
     """The baseline (cached) and the strategies on a split's cases (with right_only, those the
-    baseline answers right); the records and a header."""
+    baseline answers right), and with `reference` the noise floor beside them (its answers
+    cached in the same file); the records and a header."""
     import json
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.families import make_cases, parse_families, suite_counts
+    from lazymlx.evals.reference import round_trip
     from lazymlx.evals.runner import (
         case_key,
         case_strategies,
@@ -278,6 +313,12 @@ def _run_suite(
         with run_progress(runs) as advance:
             suite = right_cases(loaded, tokenizer, suite, cache, on_run=_announce(advance))
         counted, runs = (cache.hits, cache.misses), 0
+    floor = None
+    if reference:
+        floor_model = round_trip(_load(model)[0])
+        floor = (floor_model, BaselineCache(floor_model, cache.path))
+        runs += sum(floor[1].get(c) is None for c in suite)
+        floor[1].hits = floor[1].misses = 0
     runs += sum(
         case_key(c, s.mode) not in recorded for c in suite for s in case_strategies(c, strategies)
     )
@@ -291,6 +332,7 @@ def _run_suite(
             on_run=_announce(advance),
             on_record=keep,
             recorded=recorded,
+            reference=floor,
         )
     cached, ran = counted or (cache.hits, cache.misses)
     head = _header(
@@ -322,8 +364,10 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
     ("kept_share", "kept", _share),
     ("worst_length_share", "worst length", _share),
+    ("worst_length_bar", "its bar", _share),
     ("worst_family", "worst family", str),
     ("worst_family_share", "its share", _share),
+    ("worst_family_bar", "its bar", _share),
     ("meets_default", "default's bar", yes_no),
     ("meets_fast", "fast's bar", yes_no),
 ]
@@ -378,9 +422,18 @@ def calibrate(
         ),
     ] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen presets.")] = True,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference/--no-reference",
+            help="Judge against the noise floor (stock with 8-bit round-tripped weights): the "
+            "bar at a length or family is the lower of yours and what the floor keeps there.",
+        ),
+    ] = True,
     output: Output = "md",
 ) -> None:
-    """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers."""
+    """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
+    (the bar relative to the noise floor)."""
     from lazymlx.calibrate import Bar, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.presets import resolve_preset, save_preset
@@ -392,8 +445,9 @@ def calibrate(
     else:
         strategies = candidate_strategies(resolve_preset("default", model))
         recorded, head = _run_suite(
-            model, families, "calibration", lengths, cases, strategies, baselines, journal, resume
-        )
+            model, families, "calibration", lengths, cases, strategies, baselines, journal,
+            resume, reference=reference,
+        )  # fmt: skip
     result = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}
     emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(recorded))

@@ -339,3 +339,52 @@ def test_a_no_idle_run_is_made_once_per_config(tiny):
     exact = replace(fill, complete="exact")  # the same run when nothing completes
     modes = [s.mode for s in case_strategies(case, [Strategy("f", fill), Strategy("e", exact)])]
     assert modes == ["f", "f no-idle", "e"]
+
+
+def test_the_bar_is_relative_to_what_the_noise_floor_keeps():
+    """A candidate that loses as many answers as stock with 8-bit round-tripped weights meets
+    the bar; the same losses beside a reference that keeps everything do not."""
+
+    def run(mode, fraction, lost):
+        return [
+            replace(
+                _record("twohop", 1024, mode, i >= lost, True, ttft=1.0, base_ttft=2.0),
+                seed=i,
+                compute_fraction=fraction,
+            )
+            for i in range(10)
+        ]
+
+    candidates = run("baseline", 1.0, 0) + run("lossy", 0.5, 2)
+    noisy = choose([*candidates, *run("reference", 1.0, 2)], Bar(0.97, 0.9, 0.9))
+    steady = choose([*candidates, *run("reference", 1.0, 0)], Bar(0.97, 0.9, 0.9))
+    assert noisy.chosen == "lossy" and steady.chosen is None
+    row = {r["mode"]: r for r in noisy.frontier}["lossy"]
+    assert row["worst_length_bar"] == 0.8 and row["worst_family_bar"] == 0.8
+    assert "reference" not in (noisy.chosen, noisy.fast)
+
+
+def test_round_tripped_weights_are_close_and_cached_apart(tiny, tiny_model_dir, tmp_path):
+    import lazymlx
+    from lazymlx.evals.reference import round_trip
+    from lazymlx.evals.runner import REFERENCE
+
+    model, tokenizer = tiny
+    before = fingerprint(model)
+    other = random_model("llama", num_layers=2)
+    weight = other.layers[0].mlp.up_proj.weight
+    norm = other.layers[0].input_layernorm.weight
+    round_trip(other)
+    step = (mx.abs(weight).max() / 127).item()
+    assert 0 < mx.abs(other.layers[0].mlp.up_proj.weight - weight).max().item() <= step
+    assert mx.array_equal(other.layers[0].input_layernorm.weight, norm)  # 1-D: untouched
+    floor_model, _ = lazymlx.load(str(tiny_model_dir))
+    round_trip(floor_model)
+    assert fingerprint(floor_model) != before
+    case = make_case("passkey", tokenizer, LENGTH, 0, "calibration")
+    path = tmp_path / "baselines.json"
+    cache, floor_cache = BaselineCache(model, path), BaselineCache(floor_model, path)
+    records = evaluate(model, tokenizer, [case], [], cache, reference=(floor_model, floor_cache))
+    assert [r.mode for r in records] == ["baseline", REFERENCE]
+    assert len(json.loads(path.read_text())["entries"]) == 2  # one more entry, keyed apart
+    assert BaselineCache(floor_model, path).get(case) is not None  # read back, not run again

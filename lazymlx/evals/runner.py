@@ -31,6 +31,7 @@ from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
+from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import Response, encode_prompt, stream_generate
 from lazymlx.measure import BASELINE, Strategy
@@ -240,6 +241,7 @@ def evaluate(
     on_run: Callable[[Case, str], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
     recorded: Mapping[RecordKey, Record] | None = None,
+    reference: tuple[nn.Module, BaselineCache] | None = None,
 ) -> list[Record]:
     """The baseline (from the cache, or run and cached) and each strategy on every case.
 
@@ -247,24 +249,28 @@ def evaluate(
     maybe another machine) its TTFT is not used (baseline_ttft_s None); one this run ran
     (`right_cases` runs them first) is. Records already in
     `recorded` (an interrupted run's journal) are returned as they are, not run or reported again.
+    reference: the noise floor's model and its cache (lazymlx/evals/reference.py), run as stock
+    on every case beside the baseline (mode REFERENCE).
     """
     recorded = recorded or {}
     records = []
     for case in cases:
-        earlier = [
-            r for mode in (BASELINE, *(s.mode for s in strategies))
-            if (r := recorded.get(case_key(case, mode))) is not None
-        ]  # fmt: skip
-        records += earlier
-        todo = [
-            s for s in case_strategies(case, strategies) if case_key(case, s.mode) not in recorded
-        ]
-        if not todo and case_key(case, BASELINE) in recorded:
+        runs = case_strategies(case, strategies)
+        modes = [BASELINE, *([REFERENCE] if reference else []), *(s.mode for s in runs)]
+        records += [r for mode in modes if (r := recorded.get(case_key(case, mode))) is not None]
+        if all(case_key(case, mode) in recorded for mode in modes):
             continue
+        todo = [s for s in runs if case_key(case, s.mode) not in recorded]
         baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, on_run)
         mine = []
         if case_key(case, BASELINE) not in recorded:
             mine.append(_record(case, BASELINE, baseline, baseline, fresh))
+        if reference and case_key(case, REFERENCE) not in recorded:
+            floor_model, floor_cache = reference
+            floor, _ = baseline_outcome(
+                floor_model, tokenizer, case, floor_cache, on_run, REFERENCE
+            )
+            mine.append(_record(case, REFERENCE, floor, baseline, fresh))
         for strategy in todo:
             if on_run:
                 on_run(case, strategy.mode)
@@ -314,13 +320,14 @@ def baseline_outcome(
     case: Case,
     baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None,
+    mode: str = BASELINE,
 ) -> tuple[Outcome, bool]:
-    """The case's baseline outcome and whether this run ran it: from the cache, else run
-    and cached."""
+    """The case's baseline outcome (stock on this model: the baseline, or on the reference's
+    weights) and whether this run ran it: from the cache, else run and cached."""
     if (outcome := baselines.get(case)) is not None:
         return outcome, baselines.timed_here(case)
     if on_run:
-        on_run(case, BASELINE)
+        on_run(case, mode)
     outcome = run_case(model, tokenizer, case, None)
     baselines.put(case, outcome)
     return outcome, True

@@ -27,7 +27,14 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
     right = [r for r in scored if r.baseline_correct]
     kept = sum(bool(r.correct) for r in right)
     low, high = wilson(kept, len(right))
+    correct = sum(bool(r.correct) for r in scored)
     return {
+        # accuracy, as the paper reports it: right answers of all scored cases, and against
+        # stock's on the same cases, with a paired 95% interval (cases resampled)
+        "right": correct,
+        "accuracy": correct / len(scored) if scored else None,
+        "accuracy_delta": (correct - len(right)) / len(scored) if scored else None,
+        "accuracy_delta_interval": _paired_interval(scored),
         "cases": len(records),
         "scored": len(scored),
         "baseline_right": len(right),
@@ -57,6 +64,19 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
 
 def _inverse(value: float | None) -> float | None:
     return None if value is None else 1 / value
+
+
+def _paired_interval(scored: list[Record]) -> tuple[float, float] | None:
+    """95% bootstrap interval of the accuracy difference against stock, case by case (each
+    family at each length resampled within itself)."""
+    if not scored or all(r.mode == BASELINE for r in scored):
+        return None
+    strata: dict[tuple[str, int], list[float]] = {}
+    for r in scored:
+        strata.setdefault((r.family, r.length), []).append(
+            float(bool(r.correct)) - float(bool(r.baseline_correct))
+        )
+    return bootstrap_interval(list(strata.values()), resamples=2000)
 
 
 def agreement_strata(records: list[Record]) -> list[list[float]]:
