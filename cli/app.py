@@ -24,7 +24,7 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
-from lazymlx.config import PRESETS, LazyConfig
+from lazymlx.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
 
@@ -121,6 +121,23 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     # each rank reads its machine's saved presets: one that lacks this preset says so
     config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
     return None if preset == "off" else config
+
+
+def _calibration_note(preset: str, model: str) -> str | None:
+    """What to say, once the model is loaded, when its presets were not calibrated on it."""
+    from lazymlx import distributed
+    from lazymlx.presets import calibrated
+
+    if (
+        preset in ("default", "fast", *DERIVED)
+        and distributed.rank() == 0
+        and not calibrated(model)
+    ):
+        return (
+            f"{model} has no calibrated presets: {preset!r} is the built-in rule; "
+            f"`lazymlx calibrate -m {model}` fits them to this model"
+        )
+    return None
 
 
 def preflight(model: str) -> None:
@@ -262,8 +279,10 @@ def chat(
     if prompt_cache_file:
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
+    loaded = load_model(model)
+    note = _calibration_note(lazy, model)
     session = ChatSession(
-        *load_model(model),
+        *loaded,
         system=system,
         lazy=config,
         max_tokens=max_tokens,
@@ -271,13 +290,15 @@ def chat(
     )
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
     if prompt is not None:
+        if note and not quiet:
+            err.print(note, style="dim", markup=False, soft_wrap=True)
         answer(session, prompt.strip(), quiet, verbose)
         files.autosave()
         return
     reader = LineReader(
         session.complete_step, lambda text: len(session.tokenizer.encode(text, verbose=False))
     )
-    title = f"{model} · preset {lazy} · {device_name()}"
+    title = f"{model} · preset {lazy}{' (not calibrated on it)' if note else ''} · {device_name()}"
     repl(session, read_line=reader, files=files, title=title, quiet=quiet, verbose=verbose)
 
 
@@ -350,6 +371,8 @@ def generate(
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
+    if (note := _calibration_note(lazy, model)) and not quiet:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
     sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
     tokens: str | list[int] = prompt
     if not raw:

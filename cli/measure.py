@@ -430,13 +430,22 @@ def calibrate(
             "bar at a length or family is the lower of yours and what the floor keeps there.",
         ),
     ] = True,
+    ship: Annotated[
+        bool,
+        typer.Option(
+            "--ship",
+            help="A registry model's maintainers: write the choice into lazymlx's own data as "
+            "the model's default and fast (lazymlx/calibrated/MODEL.json).",
+        ),
+    ] = False,
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor)."""
     from lazymlx.calibrate import Bar, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
-    from lazymlx.presets import resolve_preset, save_preset
+    from lazymlx.models.registry import REGISTRY
+    from lazymlx.presets import resolve_preset, save_preset, ship_preset
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)
@@ -458,11 +467,16 @@ def calibrate(
         )
     if not save:
         return
+    model = head.get("model", model)
+    if ship and model not in REGISTRY:
+        raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
     configs = {s.mode: s.config for s in candidate_strategies(resolve_preset("default", model))}
-    for preset, chosen in ((name, result.chosen), (f"{name}-fast", result.fast)):
+    names = ("default", "fast") if ship else (name, f"{name}-fast")
+    for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
         if chosen is not None:
             details = {"candidate": chosen, "bar": vars(bar), "date": head.get("date")}
-            path = save_preset(head.get("model", model), preset, configs[chosen], details)
+            keep = ship_preset if ship else save_preset
+            path = keep(model, preset, configs[chosen], details)
             err.print(
                 f"[green]saved:[/] preset {preset!r} ({chosen}) for {head.get('model', model)} "
                 f"in {path}; use it with --lazy {preset}"

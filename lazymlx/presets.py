@@ -1,8 +1,10 @@
-"""Preset lookup: the built-in presets and the ones `lazymlx calibrate` saved for a model.
+"""Preset lookup: a model's calibrated presets, then the built-in ones.
 
 Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
-model), so they are stored per model name in one JSON file beside the converted models, written
-atomically so an interrupted save never leaves a half-written file.
+model). Each registry model's ship with lazymlx (lazymlx/calibrated/NAME.json, written by
+`lazymlx calibrate --ship`); a user's own (`lazymlx calibrate`) are stored per model name in one
+JSON file beside the converted models, written atomically so an interrupted save never leaves a
+half-written file, and come first.
 """
 
 from __future__ import annotations
@@ -18,9 +20,29 @@ from lazymlx.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
+SHIPPED = Path(__file__).with_name("calibrated")  # one file per registry model
+
 
 def presets_file() -> Path:
     return models_dir() / "presets.json"
+
+
+def shipped_file(model: str) -> Path:
+    return SHIPPED / f"{model}.json"
+
+
+def shipped_presets(model: str) -> dict[str, LazyConfig]:
+    """The calibrated presets lazymlx ships for a registry model (none for other models)."""
+    path = shipped_file(model)
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())
+    return {name: config_from_dict(entry["config"]) for name, entry in entries.items()}
+
+
+def calibrated(model: str) -> bool:
+    """Whether the model's default was calibrated on it (shipped, or by the user)."""
+    return "default" in saved_presets(model) or "default" in shipped_presets(model)
 
 
 def model_key(model: str) -> str:
@@ -58,19 +80,20 @@ def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
 
 
 def preset_names(model: str) -> list[str]:
-    return list(dict.fromkeys([*PRESETS, *saved_presets(model)]))
+    return list(dict.fromkeys([*PRESETS, *shipped_presets(model), *saved_presets(model)]))
 
 
 def resolve_preset(name: str, model: str) -> LazyConfig:
-    """A preset for this model: its calibrated ones first, then the built-in ones.
+    """A preset for this model: the user's calibrated ones first, then those lazymlx ships for
+    it, then the built-in ones.
 
     The presets derived from `default` (sparse, paper, long, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
     are compared to.
     """
-    saved = saved_presets(model)
-    if name in saved:
-        return saved[name]
+    own = shipped_presets(model) | saved_presets(model)
+    if name in own:
+        return own[name]
     if name in DERIVED:
         return DERIVED[name](resolve_preset("default", model))
     if name in PRESETS:
@@ -78,6 +101,20 @@ def resolve_preset(name: str, model: str) -> LazyConfig:
     raise LazymlxError(
         f"unknown lazy preset {name!r} for {model}; choose one of: {', '.join(preset_names(model))}"
     )
+
+
+def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
+    """Write a calibrated preset into the package's data for a registry model (a maintainer's
+    step, after calibrating it: `lazymlx calibrate --ship`)."""
+    path = shipped_file(model)
+    entries = json.loads(path.read_text()) if path.is_file() else {}
+    entries[name] = {"config": asdict(config), "calibration": details}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
+        json.dump(entries, file, indent=1)
+        staged = Path(file.name)
+    os.replace(staged, path)
+    return path
 
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:

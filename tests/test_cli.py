@@ -377,7 +377,8 @@ def test_the_chat_opens_with_model_preset_and_device(tiny_model_dir: Path, capsy
     monkeypatch.setattr(sys, "stdin", _Terminal("/bye\n"))  # input() reads it
     code, _, err = run_main(capsys, "chat", "-m", str(tiny_model_dir))
     first = err.splitlines()[0]
-    assert code == 0 and first.startswith(f"{tiny_model_dir} · preset default · ")
+    assert code == 0
+    assert first.startswith(f"{tiny_model_dir} · preset default (not calibrated on it) · ")
     assert "(MLX CPU)" in first or "(MLX Metal)" in first
     assert first.endswith("type a message, /help for commands, /bye to leave")
 
@@ -432,6 +433,7 @@ def test_transformers_log_lines_stay_out_of_the_output(tiny_model_dir: Path, tmp
     config = json.loads((model / "tokenizer_config.json").read_text())
     (model / "tokenizer_config.json").write_text(json.dumps(config | {"model_max_length": 8}))
     argv = ["generate", "-m", str(model), "-p", "the cat sat on the mat " * 4, "--raw", "-n", "2"]
+    argv += ["--lazy", "off"]  # stock: no line about calibration
     result = subprocess.run(
         [sys.executable, "-c", f"from lazymlx.cli.app import main; main({argv!r})"],
         capture_output=True,
@@ -568,3 +570,17 @@ def test_lazy_state_save_writes_what_the_cli_reads(tmp_path: Path, tiny_model_di
     save_prompt_cache(str(bare), make_prompt_cache(model))  # mlx-lm's own: no metadata
     with pytest.raises(LazymlxError, match=r"lacks lazymlx's metadata \(model, preset, tokens\)"):
         load_context(bare, model, str(tiny_model_dir), None)
+
+
+def test_an_uncalibrated_model_says_so_in_one_dim_line(tiny_model_dir: Path):
+    result = runner.invoke(app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "calibrat" in line]
+    assert lines == [
+        f"{tiny_model_dir} has no calibrated presets: 'default' is the built-in rule; "
+        f"`lazymlx calibrate -m {tiny_model_dir}` fits them to this model"
+    ]
+    stock = runner.invoke(
+        app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--lazy", "off"]
+    )
+    assert "calibrat" not in stock.stderr

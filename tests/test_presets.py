@@ -7,15 +7,17 @@ import math
 
 import pytest
 
-from lazymlx import LazyConfig
+from lazymlx import LazyConfig, presets
 from lazymlx.config import DERIVED, PRESETS
 from lazymlx.errors import LazymlxError
 from lazymlx.presets import (
+    calibrated,
     config_from_dict,
     presets_file,
     resolve_preset,
     save_preset,
     saved_presets,
+    ship_preset,
 )
 
 
@@ -101,3 +103,22 @@ def test_long_budgets_the_first_pruning_layer_of_any_default():
     assert late.budgets == ((0.6, 1024),)  # a ratio of 1 prunes nothing
     keep_all = DERIVED["long"](LazyConfig())
     assert keep_all.prunes and keep_all.budgets[0][1] == 1024
+
+
+def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(presets, "SHIPPED", tmp_path)
+    own = LazyConfig(schedule=((0.4, 0.3),), decode="revive")
+    assert not calibrated("some-model")
+    ship_preset("some-model", "default", own, {"candidate": "0.3@40%"})
+    assert calibrated("some-model") and resolve_preset("default", "some-model") == own
+    assert resolve_preset("sparse", "some-model").schedule == own.schedule  # derived from it
+    assert resolve_preset("default", "another-model") == PRESETS["default"]
+    mine = LazyConfig(schedule=((0.5, 0.5),))
+    save_preset("some-model", "default", mine, {})
+    assert resolve_preset("default", "some-model") == mine  # the user's calibration first
+
+
+def test_smollm2_ships_the_default_it_was_calibrated_on():
+    assert calibrated("smollm2-135m")
+    assert resolve_preset("default", "smollm2-135m") == PRESETS["default"]
+    assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
