@@ -4,6 +4,7 @@
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl
+.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl
 """
@@ -106,6 +107,31 @@ def families_table(paths: list[Path]) -> str:
             else:
                 cells.append(kept(r))
         lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def accuracy_table(paths: list[Path]) -> str:
+    """Right answers per family and length for each mode (stock first): accuracy as the paper
+    reports it, over every scored case that ran (free-form families have no gold)."""
+    rows = summarize(records(paths))
+    lengths = sorted({r["length"] for r in rows if r["length"] != ALL})
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    cells = {(r["mode"], r["family"], r["length"]): r for r in rows}
+    families = [f for f in dict.fromkeys(r["family"] for r in rows) if f != ALL] + [ALL]
+    header = "| family | mode | " + " | ".join(str(n) for n in lengths) + " | all |"
+    lines = [header, "|---|---|" + "---|" * (len(lengths) + 1)]
+    for family in families:
+        for mode in modes:
+            shown = []
+            for length in [*lengths, ALL]:
+                row = cells.get((mode, family, length))
+                if row is None and len(lengths) == 1 and length == ALL:
+                    row = cells.get((mode, family, lengths[0]))
+                shown.append(
+                    "—" if row is None or not row["scored"] else f"{row['right']}/{row['scored']}"
+                )
+            if any(cell != "—" for cell in shown):
+                lines.append(f"| {family} | {mode} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -217,6 +243,7 @@ TABLES = {
     "families": families_table,
     "freeform": freeform_table,
     "multiturn": multiturn_table,
+    "accuracy": accuracy_table,
     "kept": kept_table,
 }
 

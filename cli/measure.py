@@ -280,7 +280,7 @@ def _run_suite(
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
-    from lazymlx.evals.families import make_cases, parse_families, suite_counts
+    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
     from lazymlx.evals.reference import round_trip
     from lazymlx.evals.runner import (
         case_key,
@@ -298,6 +298,10 @@ def _run_suite(
     earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
     recorded = {case_key(r, r.mode): r for r in earlier}
     loaded, tokenizer = _load(model)
+    skipped = []
+    if tokenizer.chat_template is None:  # a base model: no chat families
+        skipped = [name for name in names if name in CHAT_FAMILIES]
+        names = [name for name in names if name not in CHAT_FAMILIES]
     suite = make_cases(tokenizer, names, split, counts)
     cache = BaselineCache(loaded, Path(baselines) if baselines else None)
 
@@ -346,6 +350,8 @@ def _run_suite(
         baseline_cache=str(cache.path),
         resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )
+    if skipped:
+        head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
     return done, head
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,34 @@ def test_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):
         assert exit_info.value.code == 1
         assert captured.err.startswith(f"error: cannot read eval records from {broken}")
         assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_base_model_without_a_chat_template_skips_the_chat_families(
+    tiny_model_dir: Path, tmp_path
+):
+    base = tmp_path / "base-model"
+    shutil.copytree(tiny_model_dir, base)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template")
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    data = json.loads(
+        invoke(
+            "eval",
+            "-m",
+            str(base),
+            "--families",
+            "passkey,chat,freeform-chat",
+            "--lengths",
+            "1000",
+            "--cases",
+            "1",
+            "--lazy",
+            "none",
+            "--baselines",
+            str(tmp_path / "b.json"),
+            "--output",
+            "json",
+        )  # fmt: skip
+    )
+    assert data["skipped"] == "chat, freeform-chat: the model has no chat template"
+    assert {case["family"] for case in data["cases"]} == {"passkey"}

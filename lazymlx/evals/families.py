@@ -523,6 +523,7 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "freeform-chat": freeform_chat,
 }
 SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
+CHAT_FAMILIES = ("chat", "freeform-chat")  # through the chat template: none for a base model
 
 
 def parse_families(text: str) -> list[str]:
