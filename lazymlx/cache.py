@@ -198,6 +198,7 @@ class LazyAux(_BaseCache):
         self.depth_counts: np.ndarray | None = None
         self.base: mx.array | None = None  # (positions, hidden size)
         self.based: mx.array | None = None  # bool per position
+        self.base_layer: int | None = None  # the layer whose outputs `base` holds
         self.inexact_from: int | None = None
 
     def extend(self, tokens: mx.array, depth: int) -> None:
@@ -225,11 +226,13 @@ class LazyAux(_BaseCache):
         if self.hidden is None:
             self.hidden = mx.zeros((self.ids.shape[0], hidden_size), dtype)
 
-    def keep_base(self, positions: mx.array, hidden: mx.array) -> None:
-        """Note the tokens' outputs of the first pruning layer (hidden: (tokens, hidden size))."""
-        if self.base is None:
+    def keep_base(self, positions: mx.array, hidden: mx.array, layer: int) -> None:
+        """Note the tokens' outputs of `layer`, the first pruning layer (hidden: (tokens,
+        hidden size)); bases of another layer (a context a config of other depths made) go."""
+        if self.base is None or self.base_layer != layer:
             self.base = mx.zeros((self.ids.shape[0], hidden.shape[-1]), hidden.dtype)
             self.based = mx.zeros((self.ids.shape[0],), mx.bool_)
+            self.base_layer = layer
         self.base[positions] = hidden
         self.based[positions] = True
 
@@ -267,7 +270,7 @@ class LazyAux(_BaseCache):
         self.depth = depth.astype(mx.int32) if self.length else None
         self.hidden = hidden if hidden.size else None
         self.depth_counts = None
-        self.base = self.based = None
+        self.base = self.based = self.base_layer = None
         self.inexact_from = int(inexact[0]) if inexact and int(inexact[0]) >= 0 else None
 
     def is_trimmable(self) -> bool:
@@ -347,8 +350,8 @@ class LazyState(list):
         """On a sliding-window layer, drop the rows no query still to come can reach: older than
         `window` (plus FORGET_SLACK) before both `before` (the first position the coming
         computation adds there) and the first token still to be computed there (one pruned
-        earlier, which a later step may revive, or one exact completion will recompute). It
-        looks once every FORGET_SLACK positions, so a decode step rarely reads the device or
+        earlier, which a later step may revive there, or one exact completion will recompute).
+        It looks once every FORGET_SLACK positions, so a decode step rarely reads the device or
         copies rows."""
         cache = self[layer]
         if cache.window is None or before < cache.next_check:
@@ -358,7 +361,8 @@ class LazyState(list):
             return
         cache.next_check = before + FORGET_SLACK
         depths = self.aux.depths()
-        waiting = mx.where(depths <= layer, mx.arange(depths.size), depths.size)
+        # waiting there (to be computed there, or pruned there: any config may revive it there)
+        waiting = mx.where(depths <= layer + 1, mx.arange(depths.size), depths.size)
         first_waiting = int(mx.min(waiting).item()) if depths.size else 0
         if self.aux.inexact_from is not None:  # exact completion recomputes from there
             first_waiting = min(first_waiting, self.aux.inexact_from)
@@ -371,6 +375,29 @@ class LazyState(list):
             for layer in range(self.num_layers):
                 if layer not in ranked:
                     self.forget_out_of_window(layer, before)
+
+    def exact_base_layer(self, config: LazyConfig, start: int, prunes: bool) -> int | None:
+        """Under exact completion, at the start of a step whose tokens begin at `start`: the layer
+        whose outputs the step keeps as its tokens' bases (the first pruning layer), or None.
+
+        A step over a context not yet complete computes over a partial one (a request arriving
+        mid-completion): everything from the first token still waiting on, the step's own tokens
+        included, is marked for recomputing, from their embeddings (no bases: what they saw even at
+        the first pruning layer may be partial). A step that will prune its own tokens is marked
+        from its start before its first layer, so a sliding window keeps what recomputing needs.
+        """
+        keep = config.pruning_layers(self.num_layers)
+        if config.complete != "exact" or not keep:
+            return None
+        aux, layers = self.aux, self.num_layers
+        if start and aux.counts(layers)[:layers].any():
+            if aux.inexact_from is None or aux.inexact_from > start:  # else marked already
+                partial = mx.argmax(aux.depths()[:start] < layers).item()
+                aux.mark_inexact(min(int(partial), start))
+            return None
+        if prunes:
+            aux.mark_inexact(start)
+        return min(keep)
 
     def trimmable_to(self, offset: int) -> bool:
         """Whether the context can be cut back to its first `offset` tokens: every

@@ -96,6 +96,8 @@ def restart(state: LazyState, config: LazyConfig) -> None:
     aux, num_layers = state.aux, state.num_layers
     start, end = aux.inexact_from, state.offset
     first = min(config.pruning_layers(num_layers), default=num_layers - 1)
+    if aux.base_layer != first:  # kept at another config's first pruning layer: unusable
+        aux.base = aux.based = None
     based = np.array(aux.based[start:end]) if aux.based is not None else np.zeros(end - start, bool)
     restarts = np.where(based, first + 1, 0).astype(np.int32)
     for layer, cache in enumerate(state.layers):
@@ -116,5 +118,5 @@ def restart(state: LazyState, config: LazyConfig) -> None:
     aux.hidden[region] = inputs
     aux.depth[region] = mx.array(restarts)
     aux.depth_counts = None
-    aux.inexact_from, aux.base, aux.based = None, None, None
+    aux.inexact_from, aux.base, aux.based, aux.base_layer = None, None, None, None
     mx.eval(aux.hidden, aux.depth)

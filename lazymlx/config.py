@@ -400,10 +400,10 @@ PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)
 
 
 def preset_name(config: LazyConfig | None) -> str:
-    """The built-in preset a config is, else "custom" (a context file's metadata)."""
-    if config is None:
-        return "off"
-    return next((name for name, preset in PRESETS.items() if preset == config), "custom")
+    """The built-in preset a lazy context's config is, else "custom" (a context file's
+    metadata; a context that never ran a step has none)."""
+    named = (name for name, preset in PRESETS.items() if preset == config and name != "off")
+    return next(named, "custom")  # "off" names stock's files, never a lazy context
 
 
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:

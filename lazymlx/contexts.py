@@ -164,6 +164,8 @@ def load_context(
         kind = "pruning on" if preset != "off" else "pruning off (stock mlx-lm)"
         raise LazymlxError(f"{path} was saved with {kind}; load it with --lazy {preset}")
     cache = LazyState(model, entries) if lazy is not None else entries
+    if lazy is not None:
+        cache.config = lazy  # what completing it follows, before its first step here
     if lazy is None and len(entries) != len(make_prompt_cache(model)):
         raise LazymlxError(
             f"{path} does not fit this model's layers; load it with the model that saved it"

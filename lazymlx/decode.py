@@ -103,6 +103,7 @@ class LazyModel(nn.Module):
         """
         state = self.context
         start = state.offset
+        base_layer = state.exact_base_layer(self.config, start, prunes=False)
         state.aux.extend(inputs[0], depth=state.num_layers)
         if state.record is not None:
             state.record += [
@@ -118,8 +119,8 @@ class LazyModel(nn.Module):
             mask = attention_mask(cache, positions, adapter.sliding_windows[layer])
             h, _ = block_forward(adapter, block, cache, h, positions, start, mask)
             cache.offset = state.offset
-            if self.config.complete == "exact" and layer == min(keep, default=None):
-                state.aux.keep_base(positions, h[0])  # exact completion restarts here
+            if layer == base_layer:  # exact completion restarts these tokens here
+                state.aux.keep_base(positions, h[0], layer)
         return adapter.logits(h[:, -1:])
 
     def reviving(self) -> bool:
@@ -164,6 +165,7 @@ def revive_step(
     ranker = Ranker(config, state.offset, ends) if config.revive_shaped else None
     keep = config.pruning_layers(num_layers)
     position = state.offset
+    base_layer = state.exact_base_layer(config, position, prunes=False)
     state.forget_out_of_windows(position, keep)
     counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
     aux.extend(inputs[0], depth=num_layers)
@@ -178,8 +180,8 @@ def revive_step(
         first = None if revived else position
         h, query = block_forward(adapter, block, cache, h, positions, first, mask, deepest)
         cache.offset = position + 1
-        if config.complete == "exact" and layer == min(keep):  # exact completion restarts here
-            aux.keep_base(positions[-1:], h[0, -1:])
+        if layer == base_layer:  # exact completion restarts the new token here
+            aux.keep_base(positions[-1:], h[0, -1:], layer)
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if deepest or layer not in keep:

@@ -44,6 +44,7 @@ from lazymlx.config import LazyConfig
 from lazymlx.contexts import ContextPool
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
+    GENERATION_LOCK,
     STEP_OPTIONS,
     Response,
     check_context,
@@ -173,6 +174,7 @@ class LLM:
         or a function returning (model, tokenizer), run there too.
     lazy: the default pruning preset (name or LazyConfig; "off" or None is stock mlx-lm).
     context_bytes: how much kept-context memory may be held for prefix reuse.
+    idle: complete kept contexts between requests (else only `complete()` does, when called).
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class LLM:
         model: str | Loader = "smollm2-135m",
         lazy: LazyConfig | str | None = "default",
         context_bytes: int = 2 << 30,
+        idle: bool = True,
     ) -> None:
         self.name = model if isinstance(model, str) else getattr(model, "__name__", "model")
         self.lazy = self._preset(lazy)
@@ -190,7 +193,7 @@ class LLM:
         # rank 0 of a group the loader sharded the model over: it hands every request on
         self.leads = distributed.group() is not None and distributed.rank() == 0
         self.closed = False
-        if distributed.group() is None or self.leads:
+        if idle and (distributed.group() is None or self.leads):
             GENERATION_THREAD.when_idle(self._complete_unit)
         if self.leads:
             threading.Thread(target=self._heartbeat, name="lazymlx-heartbeat", daemon=True).start()
@@ -314,7 +317,14 @@ class LLM:
             if context.lazy and not context.cache.complete:
                 if self.leads and lead:
                     distributed.share(COMPLETE_UNIT)
-                step(context.cache, context.cache.config)
+                try:
+                    with GENERATION_LOCK:  # no other thread's generation meanwhile
+                        step(context.cache, context.cache.config)
+                except Exception as error:  # a context a unit failed on is not trusted again
+                    self.contexts.contexts.remove(context)
+                    if distributed.group() is not None:  # every rank ends alike
+                        distributed.fail(error)
+                    raise
                 return True
         return False
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mlx.core as mx
+import numpy as np
 
 from lazymlx.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.cache import LazyAux, LazyKVCache, LazyState
@@ -131,18 +132,33 @@ def prompt_step(
     worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
     request) leaves the context as it was before it.
     """
-    start, layers_before = state.offset, [cache.rows for cache in state.layers]
+    start = state.offset
     revivals = Revivals()
     try:
         logits = _layers(state, tokens, config, chunk, progress, prune, revivals, ends)
         state.revived = sum(positions.size for positions, _, _ in revivals.saved)
         return logits
     except BaseException:
-        for cache, rows in zip(state.layers, layers_before, strict=True):
-            cache.rows, cache.offset = rows, start
-        revivals.undo(state.aux)
-        state.aux.length, state.aux.depth_counts = start, None
+        _roll_back(state, start, revivals)
         raise
+
+
+def _roll_back(state: LazyState, start: int, revivals: Revivals) -> None:
+    """Drop every row the step added (its own tokens', and revived tokens' from the layer they
+    resumed at; a sliding window may have dropped older rows meanwhile, so by position, not by
+    count) and put the revived tokens' Aux entries back."""
+    for layer, cache in enumerate(state.layers):
+        if cache.rows:
+            rows = np.array(cache.row_positions())
+            added = rows >= start
+            for positions, depth, _ in revivals.saved:
+                if layer >= depth:
+                    added |= np.isin(rows, np.array(positions))
+            if added.any():
+                cache.keep_rows(np.flatnonzero(~added))
+        cache.offset = start
+    revivals.undo(state.aux)
+    state.aux.length, state.aux.depth_counts = start, None
 
 
 def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx.array:
@@ -150,7 +166,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
     keep = config.pruning_layers(num_layers)
-    first_prune = min(keep, default=None) if config.complete == "exact" else None
+    first_prune = state.exact_base_layer(config, start, prune and config.prunes)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
     if start and config.prompt_revive != 0 and config.selection == "attention":
@@ -172,7 +188,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         )  # fmt: skip
         cache.offset = end
         if layer == first_prune:  # where exact completion recomputes these tokens from
-            aux.keep_base(positions[revived:], h[0, revived:])
+            aux.keep_base(positions[revived:], h[0, revived:], layer)
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if progress is not None:
@@ -200,8 +216,6 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
             k = max(keep[layer].count(own, held), least)
         order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
         kept, dropped = mx.sort(order[:k]), order[k:]
-        if k < own and first_prune is not None:
-            aux.mark_inexact(start)
         ranker.keep(kept)
         _stop(aux, own_positions[dropped], own_h[0, dropped], layer)
         back_h, back = h[:, :revived], positions[:revived]

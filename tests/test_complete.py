@@ -105,6 +105,11 @@ def test_a_step_between_units_sees_a_consistent_context(config):
     assert (depth == 8).all()
     if config.complete == "fill":
         assert pair_counts(state).max() == 1
+    else:  # what the step computed over a partial context is recomputed: stock's KV again
+        for ours, (keys, values) in zip(state.layers, stock_kv(model, state.tokens), strict=True):
+            _, our_keys, our_values = rows_by_position(ours)
+            assert mx.abs(our_keys - keys).max().item() < 1e-4
+            assert mx.abs(our_values - values).max().item() < 1e-4
 
 
 def test_off_completes_nothing():
@@ -143,3 +148,18 @@ def test_saving_completes_the_context_first(tmp_path):
     loaded, metadata = LazyState.load(path, model, return_metadata=True)
     assert metadata["complete"] == "true" and state.complete
     assert all(cache.rows == loaded.offset for cache in loaded.layers)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_exact_after_a_config_of_other_depths_still_ends_with_stock_kv(family):
+    """Bases kept at one config's first pruning layer are not used by another's."""
+    model = random_model(family, num_layers=8)
+    state = LazyState(model)
+    early = replace(EXACT, schedule=((0.25, 0.5),))
+    tokens, _ = engine_greedy(model, random_tokens(200), 4, early, state)
+    late = replace(EXACT, schedule=((0.5, 0.5),))
+    engine_greedy(model, random_tokens(30, seed=3), 4, late, state)
+    complete.complete(state, late)
+    for ours, (keys, _) in zip(state.layers, stock_kv(model, state.tokens), strict=True):
+        _, our_keys, _ = rows_by_position(ours)
+        assert mx.abs(our_keys - keys).max().item() < 1e-4

@@ -769,3 +769,34 @@ def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_pa
     assert [c.window for c in loaded.layers] == [c.window for c in context.cache.layers]
     assert context.reuse(prompt[:100] + [7, 8], model) == 0
     assert isinstance(context.cache, LazyState) and context.cache.offset == 0
+
+
+def test_an_interrupted_step_on_sliding_windows_keeps_the_rows_from_before(monkeypatch):
+    """Windows drop rows in the middle of a long step; rolling it back goes by position, so the
+    layers hold exactly what they held before, less what a window dropped meanwhile."""
+    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    model = random_model("gemma3_text", num_layers=6)
+    state = LazyState(model)
+    engine_greedy(model, random_tokens(150), 2, REVIVING, state, chunk=32)
+    before = {i: set(np.array(c.row_positions()).tolist()) for i, c in enumerate(state.layers)}
+    start = state.offset
+    block, calls = blocks.block_forward, []
+
+    def interrupted_block(*args):
+        calls.append(1)
+        if len(calls) == 12:  # in layer 1, after layer 0's window dropped rows
+            raise KeyboardInterrupt
+        return block(*args)
+
+    monkeypatch.setattr(prefill, "block_forward", interrupted_block)
+    with pytest.raises(KeyboardInterrupt):
+        engine_greedy(model, random_tokens(300, seed=4), 2, REVIVING, state, chunk=32)
+    assert state.offset == start
+    dropped = 0
+    for i, cache in enumerate(state.layers):
+        rows = set(np.array(cache.row_positions()).tolist())
+        assert rows <= before[i] and all(p < cache.forgotten for p in before[i] - rows)
+        assert {p for p in before[i] if p >= cache.forgotten} <= rows
+        assert cache.offset == start
+        dropped += len(before[i] - rows)
+    assert dropped  # the step's windows did drop rows

@@ -21,10 +21,16 @@ GROUP_SIZE, BITS = 64, 8
 
 def round_trip(model: nn.Module) -> nn.Module:
     """The model with every 2-D weight (embeddings and projections) quantized to 8 bits and
-    dequantized back, in place; a weight whose width does not split into groups of 64 uses 32."""
+    dequantized back, in place; a weight whose width does not split into groups of 64 uses 32.
+    A model kept quantized (a GPU backend) is dequantized first: its packed weights and scales
+    are not weights to round-trip."""
+    from mlx_lm.utils import dequantize_model
+
+    if any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding) for m in model.modules()):
+        dequantize_model(model)
     changed = []
     for name, weight in tree_flatten(model.parameters()):
-        if weight.ndim != 2:
+        if weight.ndim != 2 or not mx.issubdtype(weight.dtype, mx.floating):
             continue
         group = GROUP_SIZE if weight.shape[-1] % GROUP_SIZE == 0 else 32
         quantized = mx.quantize(weight.astype(mx.float32), group, BITS)

@@ -122,12 +122,15 @@ def run_case(
     if case.kind == "kept-llm":
         from lazymlx.llm import LLM
 
-        llm = LLM(lambda: (model, tokenizer), lazy=lazy)
-        document = llm.submit(first, max_tokens=1)
-        document.result()
-        spent = _timed(llm.complete) if idle else 0.0
-        stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
-        return _collect(stream, document.last.ttft_s, spent)
+        llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
+        try:
+            document = llm.submit(first, max_tokens=1)
+            document.result()
+            spent = _timed(llm.complete) if idle else 0.0
+            stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
+            return _collect(stream, document.last.ttft_s, spent)
+        finally:
+            llm.close()
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
     first_ttft = 0.0
