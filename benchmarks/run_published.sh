@@ -10,7 +10,7 @@ lazymlx=.venv/bin/lazymlx
 study() { .venv/bin/python benchmarks/study.py --right-only "$@"; }
 
 # 1. The calibration split's baselines (stock mlx-lm, cached in the committed
-#    lazymlx/evals/baselines.json) and the studies that chose the default and `fast`
+#    lazymlx/evals/baselines/smollm2-135m.json) and the studies that chose the default and `fast`
 #    (calibration cases only; benchmarks/STUDIES.md, round 3). The first study ran before the
 #    baselines were cached, so without --right-only; it was stopped after 6 cases.
 #    Beside them, round 2's default (prompt-step revival off, as it shipped), saved as v2-default.
@@ -20,7 +20,7 @@ v2 = LazyConfig(schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), fl
                 keep_first=4, window=8, pool=12, decode='revive', min_prompt=256, prompt_revive=0)
 save_preset('smollm2-135m', 'v2-default', v2, {'from': 'round 2 default, ed16c62'})"
 $lazymlx eval --split calibration --lengths 1k,2k,4k --lazy v2-default \
-  --baselines lazymlx/evals/baselines.json --journal $results/eval/calibration_v2_default.jsonl \
+  --baselines lazymlx/evals/baselines/smollm2-135m.json --journal $results/eval/calibration_v2_default.jsonl \
   --output json > /dev/null
 .venv/bin/python benchmarks/diagnose.py --families needle-docs,needle-man,needle-pkgdoc --lengths 1k \
   --seeds 2 --lazy v2-default --output $results/studies/diagnose_1k.json
@@ -146,7 +146,7 @@ for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done
 #    When decode revival joined the default (seventeenth study), the sparse default's rows (with
 #    the baselines) moved to validation_round3_sparse_default.jsonl and the default ran again
 #    over the cached baselines, each length with --resume.
-validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines.json \
+validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines/smollm2-135m.json \
   --journal $results/eval/validation.jsonl --output json "$@" > /dev/null; }
 validate --lengths 1k --lazy default,fast
 validate --lengths 2k --cases 2 --lazy default,fast
@@ -171,7 +171,7 @@ validate --lengths 8k --cases 1 --lazy default --resume
 # validation_round3_057_default.jsonl and validation.jsonl kept its baseline and fast rows; the
 # new default ran over the cached baselines on the cases stock answers right (the only ones it
 # can keep; the same suite as above) and on the free-form ones
-validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines.json \
+validate() { $lazymlx eval --split validation --baselines lazymlx/evals/baselines/smollm2-135m.json \
   --journal $results/eval/validation.jsonl --resume --output json "$@" > /dev/null; }
 validate --families scored --right-only --lengths 1k --lazy default
 validate --families lookalike,twohop,json,table,followup --cases 12 --right-only --lengths 1k --lazy default
@@ -197,7 +197,7 @@ validate --families scored --right-only --lengths 8k --lazy default
 # prompts under 1k tokens: the validation split at 512 (stock beside the default), and
 # everyday questions and documentation passages of 64-1,024 tokens, pruned with no threshold
 $lazymlx eval --split validation --lengths 512 --cases 4 --lazy default \
-  --baselines lazymlx/evals/baselines.json --journal $results/eval/validation_512.jsonl
+  --baselines lazymlx/evals/baselines/smollm2-135m.json --journal $results/eval/validation_512.jsonl
 .venv/bin/python benchmarks/tables.py eval $results/eval/validation_512.jsonl
 .venv/bin/python benchmarks/short_prompts.py --output $results/short_prompts_067.json
 
@@ -227,3 +227,35 @@ $lazymlx bench --prompt-len 2k --lazy default --gen-len 64 --repeats 3 --output 
 
 # 5. OpenBLAS against MLX's bundled BLAS (stock mlx-lm only; measured once, engine-independent).
 .venv/bin/python benchmarks/ttft_blas.py --prompt-len 1024 > $results/ttft_blas_1024.json
+
+# 6. The registry's three models (2026-11-25): the GGUF import against llama.cpp (pip install -e
+#    ".[verify]" first), stock's own accuracy per family and length (the committed baselines of
+#    each model), and a kept document asked about with and without idle completion.
+for m in smollm2-135m qwen2.5-coder-0.5b gemma3-270m; do
+  .venv/bin/python benchmarks/verify_gguf.py --model $m --output $results/verify/$m.json
+done
+.venv/bin/python benchmarks/verify_gguf.py --table $results/verify/*.json
+m=qwen2.5-coder-0.5b
+for l in 1k 2k 4k; do
+  $lazymlx eval --model $m --split validation --families all --lengths $l --lazy none \
+    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_stock.jsonl \
+    --resume --output json > /dev/null
+done
+$lazymlx eval --model $m --split validation --families all --lengths 8k --cases 1 --lazy none \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_stock.jsonl \
+  --resume --output json > /dev/null
+.venv/bin/python benchmarks/tables.py accuracy $results/models/$m/validation_stock.jsonl
+# the exact twins of the presets, saved for the measurement (the shipped presets complete by fill)
+for name in default fast; do .venv/bin/python -c "
+import lazymlx; from dataclasses import replace; from lazymlx.presets import resolve_preset, save_preset
+save_preset('$m', '$name-exact', replace(resolve_preset('$name', '$m'), complete='exact'), {})"; done
+.venv/bin/python benchmarks/kept_context.py --model $m --lengths 2k --cases 2 --output $results/kept/${m}_2k.json
+.venv/bin/python benchmarks/kept_context.py --model $m --lengths 8k --cases 1 --output $results/kept/${m}_8k.json
+.venv/bin/python benchmarks/kept_context.py --model smollm2-135m --lengths 2k --cases 2 --output $results/kept/smollm2-135m_2k.json
+.venv/bin/python benchmarks/kept_context.py --model smollm2-135m --lengths 8k --cases 1 --output $results/kept/smollm2-135m_8k.json
+.venv/bin/python benchmarks/tables.py kept $results/kept/*.json
+# the multi-turn families after idle completion and without, stock beside (a fresh baseline file)
+$lazymlx eval --model $m --split validation --families followup,kept,chat --lengths 1k,2k --cases 2 \
+  --lazy default,fast,default-exact,fast-exact --baselines $results/models/$m/multiturn_baselines.json \
+  --journal $results/models/$m/multiturn_validation.jsonl --resume --output json > /dev/null
+.venv/bin/python benchmarks/tables.py multiturn $results/models/$m/multiturn_validation.jsonl
