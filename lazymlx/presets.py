@@ -109,12 +109,7 @@ def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
     path = shipped_file(model)
     entries = json.loads(path.read_text()) if path.is_file() else {}
     entries[name] = {"config": asdict(config), "calibration": details}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
-        json.dump(entries, file, indent=1)
-        staged = Path(file.name)
-    os.replace(staged, path)
-    return path
+    return _write_json(path, entries)
 
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
@@ -124,10 +119,14 @@ def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}
     everything.setdefault(model_key(model), {})[name] = entry
-    path = presets_file()
+    return _write_json(presets_file(), everything)
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    """Write `data` beside `path` and rename it over it: never half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
-        json.dump(everything, file, indent=1)
+        json.dump(data, file, indent=1)
         staged = Path(file.name)
     os.replace(staged, path)
     return path
