@@ -241,8 +241,9 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 def error_lines(stderr: str) -> list[str]:
     """Our lines, not mlx.launch's own about each rank's exit ("[WARN] Node with rank 1 exited
-    with code 1", printed in pieces from several threads, so sometimes split over lines)."""
-    theirs = ("[WARN]", "Node with rank")
+    with code 1", printed in pieces from several threads, so sometimes split over lines), nor
+    rank 0's dim note that the tiny model's presets were not calibrated on it."""
+    theirs = ("[WARN]", "Node with rank", "has no calibrated presets")
     lines = [ANSI_ESCAPE.sub("", line) for line in stderr.splitlines()]  # its colours, split too
     return [line for line in lines if line.strip() and not any(t in line for t in theirs)]
 
