@@ -24,12 +24,13 @@ from mlx_lm.generate import generate_step
 
 from lazymlx import LazyConfig, LazyState
 from lazymlx.bench import header
+from lazymlx.config import PRESETS
 from lazymlx.decode import LazyModel
 from lazymlx.prompts import passkey_prompt
 
 
 def configurations() -> dict[str, LazyConfig]:
-    default = LazyConfig.preset("default")
+    default = PRESETS["default"]
     policies = {"sparse": replace(default, decode="sparse")}
     for budget in (0, 1, 4, 16):
         policies[f"revive {budget}"] = replace(default, revive=budget, revive_steps=None)

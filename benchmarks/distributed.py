@@ -34,14 +34,15 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from lazymlx import LazyConfig, LazyState, distributed
+from lazymlx import LazyState, distributed
 from lazymlx.bench import bench_prompt, header
+from lazymlx.config import PRESETS
 from lazymlx.lengths import parse_lengths
 from lazymlx.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.prompts import holds_answer
 
 HERE = Path(__file__).parent
-MODES = {"off": None, "default": LazyConfig.preset("default")}
+MODES = {"off": None, "default": PRESETS["default"]}
 COLLECTIVES = ("all_sum", "all_max", "all_min", "all_gather")
 
 

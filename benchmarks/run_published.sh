@@ -7,135 +7,140 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 results=benchmarks/results
 lazymlx=.venv/bin/lazymlx
-study() { .venv/bin/python benchmarks/study.py --right-only "$@"; }
 
-# 1. The calibration split's baselines (stock mlx-lm, cached in the committed
+# 1. Round 3's studies ran at commit 4470750, with benchmarks/study.py, diagnose.py,
+#    denominator_oracle.py and head_ranks.py and the LazyConfig knobs they compared (budgets,
+#    masses, floors, segments, head reductions, retrieval heads, shaped revival), which no
+#    shipped preset uses and which left the tree after it. To rerun them:
+#    `git worktree add ../round3 4470750` and run this section there, uncommented.
+#
+#    What it made: the calibration split's baselines (stock mlx-lm, cached in the committed
 #    lazymlx/evals/baselines/smollm2-135m.json) and the studies that chose the default and `fast`
 #    (calibration cases only; benchmarks/STUDIES.md, round 3). The first study ran before the
 #    baselines were cached, so without --right-only; it was stopped after 6 cases.
 #    Beside them, round 2's default (prompt-step revival off, as it shipped), saved as v2-default.
-.venv/bin/python -c "from dataclasses import replace; from lazymlx.presets import save_preset
-from lazymlx.config import LazyConfig
-v2 = LazyConfig(schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), floors=((0.24, 0.25),),
-                keep_first=4, window=8, pool=12, decode='revive', min_prompt=256, prompt_revive=0)
-save_preset('smollm2-135m', 'v2-default', v2, {'from': 'round 2 default, ed16c62'})"
-$lazymlx eval --split calibration --lengths 1k,2k,4k --lazy v2-default \
-  --baselines lazymlx/evals/baselines/smollm2-135m.json --journal $results/eval/calibration_v2_default.jsonl \
-  --output json > /dev/null
-.venv/bin/python benchmarks/diagnose.py --families needle-docs,needle-man,needle-pkgdoc --lengths 1k \
-  --seeds 2 --lazy v2-default --output $results/studies/diagnose_1k.json
-.venv/bin/python benchmarks/study.py --study first --lengths 1k --journal $results/studies/first_1k_partial.jsonl
-study --study second --lengths 1k --journal $results/studies/second_1k.jsonl
-study --study third --lengths 1k --journal $results/studies/third_1k_2k.jsonl  # stopped before chat
-study --study fourth --lengths 1k --families chat --journal $results/studies/fourth_1k_4k.jsonl
-study --study fourth --lengths 2k,4k --journal $results/studies/fourth_1k_4k.jsonl
-study --study fifth --lengths 1k --families chat,followup --journal $results/studies/fifth_1k.jsonl
-study --study sixth --lengths 1k --journal $results/studies/sixth_1k.jsonl
-study --study seventh --lengths 4k --families needle-man,needle-pkgdoc,passkey,code \
-  --journal $results/studies/seventh_4k.jsonl
-study --study eighth --lengths 1k,2k,4k --journal $results/studies/eighth_1k_4k.jsonl
-.venv/bin/python benchmarks/study.py --study ninth --lengths 1k,2k --families freeform-text,freeform-chat \
-  --journal $results/studies/ninth_1k_2k.jsonl
-.venv/bin/python benchmarks/diagnose.py --cases table:1k:2,table:2k:1,twohop:1k:1,needle-pkgdoc:1k:2 \
-  --lazy default --output $results/studies/diagnose_default.json
-study --study tenth --lengths 1k --journal $results/studies/tenth_1k.jsonl  # stopped after 1k
-study --study eleventh --lengths 1k,2k,4k --journal $results/studies/eleventh_1k_4k.jsonl
-.venv/bin/python benchmarks/study.py --study twelfth --lengths 1k,2k --families chat,freeform-chat \
-  --journal $results/studies/twelfth_1k_2k.jsonl
+# .venv/bin/python -c "from dataclasses import replace; from lazymlx.presets import save_preset
+# from lazymlx.config import LazyConfig
+# v2 = LazyConfig(schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), floors=((0.24, 0.25),),
+#                 keep_first=4, window=8, pool=12, decode='revive', min_prompt=256, prompt_revive=0)
+# save_preset('smollm2-135m', 'v2-default', v2, {'from': 'round 2 default, ed16c62'})"
+# $lazymlx eval --split calibration --lengths 1k,2k,4k --lazy v2-default \
+#   --baselines lazymlx/evals/baselines/smollm2-135m.json --journal $results/eval/calibration_v2_default.jsonl \
+#   --output json > /dev/null
+# .venv/bin/python benchmarks/diagnose.py --families needle-docs,needle-man,needle-pkgdoc --lengths 1k \
+#   --seeds 2 --lazy v2-default --output $results/studies/diagnose_1k.json
+# .venv/bin/python benchmarks/study.py --study first --lengths 1k --journal $results/studies/first_1k_partial.jsonl
+# study --study second --lengths 1k --journal $results/studies/second_1k.jsonl
+# study --study third --lengths 1k --journal $results/studies/third_1k_2k.jsonl  # stopped before chat
+# study --study fourth --lengths 1k --families chat --journal $results/studies/fourth_1k_4k.jsonl
+# study --study fourth --lengths 2k,4k --journal $results/studies/fourth_1k_4k.jsonl
+# study --study fifth --lengths 1k --families chat,followup --journal $results/studies/fifth_1k.jsonl
+# study --study sixth --lengths 1k --journal $results/studies/sixth_1k.jsonl
+# study --study seventh --lengths 4k --families needle-man,needle-pkgdoc,passkey,code \
+#   --journal $results/studies/seventh_4k.jsonl
+# study --study eighth --lengths 1k,2k,4k --journal $results/studies/eighth_1k_4k.jsonl
+# .venv/bin/python benchmarks/study.py --study ninth --lengths 1k,2k --families freeform-text,freeform-chat \
+#   --journal $results/studies/ninth_1k_2k.jsonl
+# .venv/bin/python benchmarks/diagnose.py --cases table:1k:2,table:2k:1,twohop:1k:1,needle-pkgdoc:1k:2 \
+#   --lazy default --output $results/studies/diagnose_default.json
+# study --study tenth --lengths 1k --journal $results/studies/tenth_1k.jsonl  # stopped after 1k
+# study --study eleventh --lengths 1k,2k,4k --journal $results/studies/eleventh_1k_4k.jsonl
+# .venv/bin/python benchmarks/study.py --study twelfth --lengths 1k,2k --families chat,freeform-chat \
+#   --journal $results/studies/twelfth_1k_2k.jsonl
 # (the twelfth scored 4 chat answers only, the sixteenth and the seventeenth's first run five families: no point on a frontier of every family)
-study --study thirteenth --lengths 1k,2k,4k --journal $results/studies/thirteenth_1k_4k.jsonl  # stopped in 2k
-study --study fourteenth --lengths 1k --journal $results/studies/fourteenth_1k_4k.jsonl
-study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --lengths 2k,4k \
-  --journal $results/studies/fourteenth_1k_4k.jsonl
-study --study fifteenth --lengths 1k --journal $results/studies/fifteenth_1k.jsonl  # stopped after 13 cases
-study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
-  --journal $results/studies/sixteenth_1k.jsonl
-.venv/bin/python benchmarks/diagnose.py --cases twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:1 \
-  --lazy sparse --output $results/studies/diagnose_twohop_1k.json
-study --study seventeenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
-  --journal $results/studies/seventeenth_1k.jsonl
+# study --study thirteenth --lengths 1k,2k,4k --journal $results/studies/thirteenth_1k_4k.jsonl  # stopped in 2k
+# study --study fourteenth --lengths 1k --journal $results/studies/fourteenth_1k_4k.jsonl
+# study --study fourteenth --only "0.3@57%, sparse, past template (0.70)" --lengths 2k,4k \
+#   --journal $results/studies/fourteenth_1k_4k.jsonl
+# study --study fifteenth --lengths 1k --journal $results/studies/fifteenth_1k.jsonl  # stopped after 13 cases
+# study --study sixteenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
+#   --journal $results/studies/sixteenth_1k.jsonl
+# .venv/bin/python benchmarks/diagnose.py --cases twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:1 \
+#   --lazy sparse --output $results/studies/diagnose_twohop_1k.json
+# study --study seventeenth --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup \
+#   --journal $results/studies/seventeenth_1k.jsonl
 # then every family: the eight not widened at 1k, and all at 2k and 4k (the default since)
-study --study seventeenth --lengths 1k \
-  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
-  --journal $results/studies/seventeenth_1k_4k.jsonl
-study --study seventeenth --lengths 2k,4k --journal $results/studies/seventeenth_1k_4k.jsonl
+# study --study seventeenth --lengths 1k \
+#   --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+#   --journal $results/studies/seventeenth_1k_4k.jsonl
+# study --study seventeenth --lengths 2k,4k --journal $results/studies/seventeenth_1k_4k.jsonl
 # the eighteenth: an oracle for the sixteenth's first lead (the dropped tokens' softmax share)
-.venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8 \
-  --lazy sparse --output $results/studies/denominator_oracle_1k.json
+# .venv/bin/python benchmarks/denominator_oracle.py --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8 \
+#   --lazy sparse --output $results/studies/denominator_oracle_1k.json
 # the nineteenth: retrieval heads (which heads rank the asked fact highest), then fast with the one found
-.venv/bin/python benchmarks/head_ranks.py --lengths 1k --seeds 0,1,2,3 --lazy default \
-  --output $results/studies/head_ranks_1k.json
-study --study nineteenth --lengths 1k --journal $results/studies/nineteenth_1k.jsonl
-study --study nineteenth --lengths 2k --journal $results/studies/nineteenth_2k.jsonl
+# .venv/bin/python benchmarks/head_ranks.py --lengths 1k --seeds 0,1,2,3 --lazy default \
+#   --output $results/studies/head_ranks_1k.json
+# study --study nineteenth --lengths 1k --journal $results/studies/nineteenth_1k.jsonl
+# study --study nineteenth --lengths 2k --journal $results/studies/nineteenth_2k.jsonl
 # the twentieth: decode revival shaped as the prompt step's pick (pool), on the two-hop widened
 # to 36 cases at 1k and 12 at 2k (the default beside it), then on every other calibration family
-study --study twentieth --lengths 1k --cases 36 --families twohop --journal $results/studies/twentieth_twohop.jsonl
-study --study twentieth --lengths 2k --cases 12 --families twohop --journal $results/studies/twentieth_twohop.jsonl
-shaped="0.3@57%, revive shaped, past template (0.70)"
-study --study twentieth --only "$shaped" --lengths 1k --cases 12 --families lookalike,json,table,followup \
-  --journal $results/studies/twentieth_1k_4k.jsonl
-study --study twentieth --only "$shaped" --lengths 1k \
-  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
-  --journal $results/studies/twentieth_1k_4k.jsonl
-study --study twentieth --only "$shaped" --lengths 2k,4k --journal $results/studies/twentieth_1k_4k.jsonl
+# study --study twentieth --lengths 1k --cases 36 --families twohop --journal $results/studies/twentieth_twohop.jsonl
+# study --study twentieth --lengths 2k --cases 12 --families twohop --journal $results/studies/twentieth_twohop.jsonl
+# shaped="0.3@57%, revive shaped, past template (0.70)"
+# study --study twentieth --only "$shaped" --lengths 1k --cases 12 --families lookalike,json,table,followup \
+#   --journal $results/studies/twentieth_1k_4k.jsonl
+# study --study twentieth --only "$shaped" --lengths 1k \
+#   --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+#   --journal $results/studies/twentieth_1k_4k.jsonl
+# study --study twentieth --only "$shaped" --lengths 2k,4k --journal $results/studies/twentieth_1k_4k.jsonl
 # the twenty-first: larger shares and later cuts on the widened two-hop, then the later cut on the rest
-study --study twenty-first --lengths 1k --cases 36 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
-study --study twenty-first --lengths 2k --cases 12 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
-later="0.2@67%, revive, past template (0.74)"
-study --study twenty-first --only "$later" --lengths 1k --cases 12 --families lookalike,json,table,followup \
-  --journal $results/studies/twentyfirst_1k_4k.jsonl
-study --study twenty-first --only "$later" --lengths 1k \
-  --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
-  --journal $results/studies/twentyfirst_1k_4k.jsonl
-study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
-study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --lengths 1k,2k,4k --families chat \
-  --journal $results/studies/twentyfirst_chat.jsonl
+# study --study twenty-first --lengths 1k --cases 36 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
+# study --study twenty-first --lengths 2k --cases 12 --families twohop --journal $results/studies/twentyfirst_twohop.jsonl
+# later="0.2@67%, revive, past template (0.74)"
+# study --study twenty-first --only "$later" --lengths 1k --cases 12 --families lookalike,json,table,followup \
+#   --journal $results/studies/twentyfirst_1k_4k.jsonl
+# study --study twenty-first --only "$later" --lengths 1k \
+#   --families passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code,kept,chat \
+#   --journal $results/studies/twentyfirst_1k_4k.jsonl
+# study --study twenty-first --only "$later" --lengths 2k,4k --journal $results/studies/twentyfirst_1k_4k.jsonl
+# study --study twenty-first --only "0.3@67%, revive, past template (0.77)" --lengths 1k,2k,4k --families chat \
+#   --journal $results/studies/twentyfirst_chat.jsonl
 # the twenty-second: the chat family widened (the later cut's one loss outside the two-hop)
-study --study twenty-second --lengths 1k --cases 36 --families chat --journal $results/studies/twentysecond_chat.jsonl
-study --study twenty-second --only "0.3@57%, revive, past template (0.70)" --only "$later" \
-  --lengths 2k --cases 12 --families chat --journal $results/studies/twentysecond_chat.jsonl --resume
+# study --study twenty-second --lengths 1k --cases 36 --families chat --journal $results/studies/twentysecond_chat.jsonl
+# study --study twenty-second --only "0.3@57%, revive, past template (0.70)" --only "$later" \
+#   --lengths 2k --cases 12 --families chat --journal $results/studies/twentysecond_chat.jsonl --resume
 # the default's calibration losses, diagnosed; then whole sentences (the twenty-third) on the two
 # families below the bar, and #32 diagnosed at that config
-diagnose() { .venv/bin/python benchmarks/diagnose.py "$@"; }
-diagnose --cases twohop:1k:8,twohop:1k:32 --lazy default --output $results/studies/diagnose_twohop_067_1k.json
-diagnose --cases chat:1k:2,chat:1k:9 --lazy default --output $results/studies/diagnose_chat_1k.json
-segments="0.2@67%, revive, past template, segments 16 (0.74)"
-study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families twohop \
-  --journal $results/studies/twentythird_segments.jsonl
-study --study twenty-third --only "$segments" --lengths 2k --cases 12 --families twohop \
-  --journal $results/studies/twentythird_segments.jsonl --resume
-study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families chat \
-  --journal $results/studies/twentythird_segments.jsonl --resume
-diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
-  --output $results/studies/diagnose_twohop_segments_1k.json
+# diagnose() { .venv/bin/python benchmarks/diagnose.py "$@"; }
+# diagnose --cases twohop:1k:8,twohop:1k:32 --lazy default --output $results/studies/diagnose_twohop_067_1k.json
+# diagnose --cases chat:1k:2,chat:1k:9 --lazy default --output $results/studies/diagnose_chat_1k.json
+# segments="0.2@67%, revive, past template, segments 16 (0.74)"
+# study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families twohop \
+#   --journal $results/studies/twentythird_segments.jsonl
+# study --study twenty-third --only "$segments" --lengths 2k --cases 12 --families twohop \
+#   --journal $results/studies/twentythird_segments.jsonl --resume
+# study --study twenty-third --only "$segments" --lengths 1k --cases 36 --families chat \
+#   --journal $results/studies/twentythird_segments.jsonl --resume
+# diagnose --cases twohop:1k:32 --config "twenty-third/$segments" \
+#   --output $results/studies/diagnose_twohop_segments_1k.json
 # the twenty-fourth: every calibration family at 512 tokens (the threshold min_prompt), stock beside
-.venv/bin/python benchmarks/study.py --study twenty-fourth --lengths 512 --cases 4 \
-  --journal $results/studies/twentyfourth_512.jsonl
+# .venv/bin/python benchmarks/study.py --study twenty-fourth --lengths 512 --cases 4 \
+#   --journal $results/studies/twentyfourth_512.jsonl
 # the twenty-fifth: the free-form families at 512 and 1k, 24 cases each (min_prompt by agreement)
-.venv/bin/python benchmarks/study.py --study twenty-fifth --families freeform --lengths 512,1k \
-  --cases 24 --journal $results/studies/twentyfifth_freeform.jsonl
-.venv/bin/python benchmarks/tables.py freeform $results/studies/twentyfifth_freeform.jsonl
+# .venv/bin/python benchmarks/study.py --study twenty-fifth --families freeform --lengths 512,1k \
+#   --cases 24 --journal $results/studies/twentyfifth_freeform.jsonl
+# .venv/bin/python benchmarks/tables.py freeform $results/studies/twentyfifth_freeform.jsonl
 # the twenty-sixth: the default on the calibration passkey at 8k, a case at each depth
-.venv/bin/python benchmarks/study.py --study twenty-sixth --families passkey --lengths 8k --cases 5 \
-  --right-only --journal $results/studies/twentysixth_8k.jsonl
+# .venv/bin/python benchmarks/study.py --study twenty-sixth --families passkey --lengths 8k --cases 5 \
+#   --right-only --journal $results/studies/twentysixth_8k.jsonl
 # stock's margin on the calibration two-hops it answers right (a diagnosis, no knob)
-diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10,twohop:512:1 \
-  --lazy default --output $results/studies/diagnose_twohop_margins.json
+# diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10,twohop:512:1 \
+#   --lazy default --output $results/studies/diagnose_twohop_margins.json
 # the preset's own lead where it parts from stock (decides whether a doubt gate is built: no)
-.venv/bin/python benchmarks/doubt.py --lengths 1k --output $results/studies/doubt_1k.json \
-  --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
-.venv/bin/python benchmarks/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
-.venv/bin/python benchmarks/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
+# .venv/bin/python benchmarks/doubt.py --lengths 1k --output $results/studies/doubt_1k.json \
+#   --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
+# .venv/bin/python benchmarks/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
+# .venv/bin/python benchmarks/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
 # stale keys for the dropped tokens, an oracle (decides whether it is built: no)
-cases=twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10
-for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done
-.venv/bin/python benchmarks/denominator_oracle.py --cases $cases --lazy default --modes stale \
-  --output $results/studies/stale_oracle.json
-.venv/bin/python benchmarks/denominator_oracle.py --summary $results/studies/stale_oracle.json \
-  --engine $results/studies/doubt_1k.json $results/studies/doubt_2k.json
-.venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
-  $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
-
+# cases=twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10
+# for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done
+# .venv/bin/python benchmarks/denominator_oracle.py --cases $cases --lazy default --modes stale \
+#   --output $results/studies/stale_oracle.json
+# .venv/bin/python benchmarks/denominator_oracle.py --summary $results/studies/stale_oracle.json \
+#   --engine $results/studies/doubt_1k.json $results/studies/doubt_2k.json
+# .venv/bin/python benchmarks/plot_frontier.py $(ls $results/studies/*.jsonl | grep -v 'twelfth\|sixteenth\|seventeenth_1k\.jsonl\|twohop\|_chat\|twentythird\|twentyfourth\|twentyfifth\|twentysixth') \
+#   $results/eval/calibration_v2_default.jsonl --output $results/frontier.png
+#
 # 2. The shipped presets on the validation split (seeds and documents no study saw), the
 #    baseline run beside them in the same run (the first time; later runs read it from the
 #    committed cache and report no TTFT ratio). The default before the fourteenth study

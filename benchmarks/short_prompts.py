@@ -22,6 +22,7 @@ from pydoc_data.topics import topics
 
 from lazymlx import LazyConfig
 from lazymlx.bench import header
+from lazymlx.config import PRESETS
 
 QUESTIONS = (
     "What is the capital of France?",
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     model, tokenizer = lazymlx.load()
-    pruned = replace(LazyConfig.preset("default"), min_prompt=0)
+    pruned = replace(PRESETS["default"], min_prompt=0)
     records = []
     for kind, tokens in prompts(tokenizer):
         runs = {}

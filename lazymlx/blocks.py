@@ -85,25 +85,20 @@ def append_kv(
 
 
 def attention_scores(
-    queries: mx.array,
-    keys: mx.array,
-    scale: float,
-    mask: mx.array | None = None,
-    heads: str | tuple[int, ...] = "mean",
+    queries: mx.array, keys: mx.array, scale: float, mask: mx.array | None = None
 ) -> mx.array:
     """How much attention each cache row gets from the given queries: the pruning score.
 
     queries (1, heads, w, dim) are the last w tokens' (w = 1: LazyLLM's last-token rule); mask
     (w, rows) says which rows each may see. Probabilities are averaged over the w queries and
-    reduced over heads by mean (the paper's) or max (a token one head needs survives), or averaged
-    over chosen query heads only (a model's retrieval heads, numbered over all its heads). Explicit
-    products, since MLX's fused attention never returns weights, in fp32 even for half models,
-    since bf16 logits would reorder near-equal scores.
+    over the heads (the paper's reduction). Explicit products, since MLX's fused attention never
+    returns weights, in fp32 even for half models, since bf16 logits would reorder near-equal
+    scores.
 
     Under tensor parallelism (lazymlx/distributed.py) a rank holds only its share of the heads,
     and ranking its own would keep other tokens than the other ranks and split their caches: the
-    reduction runs over the whole group's heads, and an all_sum or all_max result is the same on
-    every rank, so every rank ranks bit-identical scores and keeps the same tokens.
+    mean runs over the whole group's heads, and an all_sum result is the same on every rank, so
+    every rank ranks bit-identical scores and keeps the same tokens.
     """
     _, num_heads, window, head_dim = queries.shape
     kv_heads = keys.shape[1]
@@ -115,23 +110,6 @@ def attention_scores(
         logits = mx.where(mask, logits, -mx.inf)
     probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)
     group = distributed.group()
-    if isinstance(heads, tuple):
-        return _chosen_heads(probs.reshape(num_heads, -1), heads, group)
     if group is None:
-        return probs.max(axis=(0, 1)) if heads == "max" else probs.mean(axis=(0, 1))
-    if heads == "max":
-        return mx.distributed.all_max(probs.max(axis=(0, 1)), group=group)
+        return probs.mean(axis=(0, 1))
     return mx.distributed.all_sum(probs.sum(axis=(0, 1)), group=group) / (num_heads * group.size())
-
-
-def _chosen_heads(probs: mx.array, heads: tuple[int, ...], group) -> mx.array:
-    """The mean of the chosen query heads' rows of probs (heads, rows). Under tensor parallelism
-    a rank holds query heads rank × n .. rank × n + n - 1; each sums the chosen ones it holds.
-    The heads exist: LazyConfig.check_retrieval_heads refused any other before the step."""
-    held = probs.shape[0]
-    first = 0 if group is None else group.rank() * held
-    mine = [head - first for head in heads if first <= head < first + held]
-    summed = probs[mx.array(mine)].sum(axis=0) if mine else mx.zeros(probs.shape[1:], probs.dtype)
-    if group is not None:
-        summed = mx.distributed.all_sum(summed, group=group)
-    return summed / len(heads)

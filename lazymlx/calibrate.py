@@ -40,9 +40,7 @@ SCHEDULES = {
 CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "default": lambda default: default,
     **{
-        name: lambda default, pairs=pairs: replace(
-            default, schedule=pairs, budgets=(), masses=(), floors=()
-        )
+        name: lambda default, pairs=pairs: replace(default, schedule=pairs)
         for name, pairs in SCHEDULES.items()
     },
 }

@@ -25,11 +25,10 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx import distributed
 from lazymlx.blocks import attention_mask, attention_scores, block_forward
 from lazymlx.cache import LazyState
 from lazymlx.config import LazyConfig
-from lazymlx.prefill import Progress, Ranker, prompt_step
+from lazymlx.prefill import Progress, prompt_step
 
 
 class LazyModel(nn.Module):
@@ -44,19 +43,16 @@ class LazyModel(nn.Module):
         prompt_length: int,
         chunk: int,
         progress: Progress | None = None,
-        ends: mx.array | None = None,
     ) -> None:
         super().__init__()
-        config.check_retrieval_heads(state.num_layers, state.adapter.num_heads * distributed.size())
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
         state.config = config  # what completing the context later follows
-        self.ends = ends  # which token ids end a segment, for configs keeping whole segments
         self.remaining = prompt_length  # prompt tokens not yet seen
         # a short prompt runs whole, but over a pruned context it still goes through the lazy
         # prompt step, which revives the context tokens it needs
         self.prunes = config.prunes and prompt_length >= config.min_prompt
-        revives = config.prunes and config.prompt_revive != 0 and state.offset > 0
+        revives = config.prunes and config.prompt_revive and state.offset > 0
         revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
         self.pending: list[mx.array] | None = [] if self.prunes or revives else None
         self.start = state.offset
@@ -77,16 +73,14 @@ class LazyModel(nn.Module):
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
             prompt = mx.concatenate(self.pending)
-            logits = prompt_step(
-                state, prompt, self.config, self.chunk, self.progress, self.prunes, self.ends
-            )
+            logits = prompt_step(state, prompt, self.config, self.chunk, self.progress, self.prunes)
             self.prompt_pairs = state.pairs() - self.pairs_before
             self.revived = state.revived
             return logits
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context
             if not prompt and self.reviving():
                 self.decoded += 1
-                return revive_step(state, inputs, self.config, self.ends)
+                return revive_step(state, inputs, self.config)
             return self._forward(inputs)
 
     @property
@@ -153,16 +147,9 @@ def interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def revive_step(
-    state: LazyState, inputs: mx.array, config: LazyConfig, ends: mx.array | None = None
-) -> mx.array:
-    """One decode token with bounded revival; the logits (1, 1, vocab).
-
-    With `revive_shaped`, the new token's attention is shaped as a prompt step's (pool and
-    segments, in text order) before the pick, so a revived token brings the ones after it along.
-    """
+def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:
+    """One decode token with bounded revival; the logits (1, 1, vocab)."""
     adapter, aux, num_layers = state.adapter, state.aux, state.num_layers
-    ranker = Ranker(config, state.offset, ends) if config.revive_shaped else None
     keep = config.pruning_layers(num_layers)
     position = state.offset
     base_layer = state.exact_base_layer(config, position, prunes=False)
@@ -197,11 +184,7 @@ def revive_step(
             h, positions = h[:, -1:], positions[-1:]
             continue
         rows = cache.row_positions()
-        scores = attention_scores(
-            query, cache.fetch()[0], block.self_attn.scale, heads=config.heads_at(layer)
-        )
-        if ranker is not None:
-            scores = ranker.shape_rows(scores, rows, aux.ids)
+        scores = attention_scores(query, cache.fetch()[0], block.self_attn.scale)
         waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
         picked = rows[picks]

@@ -32,7 +32,6 @@ from lazymlx.config import LazyConfig
 from lazymlx.decode import LazyModel
 from lazymlx.errors import LazymlxError
 from lazymlx.prefill import PREFILL_CHUNK
-from lazymlx.segments import segment_ends
 from lazymlx.templates import template_tail
 from lazymlx.worker import GENERATION_THREAD
 
@@ -146,12 +145,15 @@ def check_text(text: str) -> None:
         ) from None
 
 
-def resolve_lazy(lazy: LazyConfig | str | None) -> LazyConfig | None:
-    """lazy= as a config, a preset name ('off' is stock mlx-lm), or None (stock mlx-lm)."""
+def resolve_lazy(lazy: LazyConfig | str | None, model: str | None) -> LazyConfig | None:
+    """lazy= as a config, a preset name of this model ('off' is stock mlx-lm; a registry
+    model's calibrated ones too), or None (stock mlx-lm)."""
     if lazy is None or isinstance(lazy, LazyConfig):
         return lazy
     if isinstance(lazy, str):
-        return None if lazy == "off" else LazyConfig.preset(lazy)
+        from lazymlx.presets import resolve_preset
+
+        return None if lazy == "off" else resolve_preset(lazy, model)
     raise LazymlxError(f"lazy= takes a LazyConfig or a preset name, got {type(lazy).__name__}")
 
 
@@ -278,7 +280,7 @@ def _stream_generate(
         raise LazymlxError(
             f"prefill_step_size must be at least 1, got {kwargs['prefill_step_size']}"
         )
-    lazy = resolve_lazy(lazy)
+    lazy = resolve_lazy(lazy, getattr(model, "lazymlx_name", None))
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
@@ -314,10 +316,9 @@ def _stream_generate(
         kwargs["prompt_cache"] = state
         chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
         progress = kwargs.get("prompt_progress_callback")
-        ends = segment_ends(tokenizer) if lazy.segments else None
         if lazy.past_template:
             lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
-        model = LazyModel(model, state, lazy, tokens.size, chunk, progress, ends)
+        model = LazyModel(model, state, lazy, tokens.size, chunk, progress)
         if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
             kwargs["prompt_progress_callback"] = None
             report_start = progress

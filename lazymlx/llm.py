@@ -185,7 +185,7 @@ class LLM:
         idle: bool = True,
     ) -> None:
         self.name = model if isinstance(model, str) else getattr(model, "__name__", "model")
-        self.lazy = self._preset(lazy)
+        self.lazy = resolve_lazy(lazy, self.name)
         self.contexts = ContextPool(context_bytes)
         self.model, self.tokenizer = GENERATION_THREAD.call(
             model if callable(model) else lambda: _load(model)
@@ -266,7 +266,7 @@ class LLM:
                     "a group of ranks hands each request to every rank, so its options must be "
                     "numbers, strings, lists and dicts; leave objects out"
                 ) from None
-        config = self.lazy if lazy is ... else self._preset(lazy)
+        config = self.lazy if lazy is ... else resolve_lazy(lazy, self.name)
         if seed is not None:
             options["seed"] = seed
         stream = Stream(prompt_tokens=len(tokens), max_tokens=max_tokens, listener=listener)
@@ -275,14 +275,6 @@ class LLM:
         )
         GENERATION_THREAD.submit(lambda: self._job(request))
         return stream
-
-    def _preset(self, lazy: Any) -> LazyConfig | None:
-        """A request's lazy=: a config, None, or a name (this model's calibrated ones too)."""
-        if isinstance(lazy, str) and lazy != "off":
-            from lazymlx.presets import resolve_preset
-
-            return resolve_preset(lazy, self.name)
-        return resolve_lazy(lazy)
 
     def generate(self, prompt: str | Sequence[int] | None = None, **kwargs: Any) -> str:
         """Submit and wait: the whole answer."""

@@ -26,8 +26,7 @@ import numpy as np
 
 from lazymlx.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.cache import LazyAux, LazyKVCache, LazyState
-from lazymlx.config import Keep, LazyConfig
-from lazymlx.segments import segment_max
+from lazymlx.config import LazyConfig, kept_count
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 
@@ -36,55 +35,44 @@ class Ranker:
     """Scores at a pruning layer; higher scores go deeper.
 
     "attention" is LazyLLM's rule, widened by the config: the attention the step's last `window`
-    tokens pay at this very layer, reduced over heads, then shaped: with `segments`, each token
-    scores the best of its sentence or line (`ends`: a bool per vocabulary id, the tokens that
-    end one; without it, fixed pieces), and with `pool`, the best of the `pool` tokens before
-    it. "static" scores once, at the step's first pruning layer, and ranks deeper layers by
-    those same scores (the paper's one-shot pruning); "random" draws scores from a key seeded by
-    the config's seed, the step's start and the layer, so a run repeats.
+    tokens pay at this very layer, averaged over heads, then pooled: each token scores the best
+    of the `pool` tokens before it. "static" scores once, at the step's first pruning layer, and
+    ranks deeper layers by those same scores (the paper's one-shot pruning); "random" draws
+    scores from a key seeded by the step's start and the layer, so a run repeats.
     """
 
-    def __init__(self, config: LazyConfig, start: int, ends: mx.array | None = None) -> None:
-        self.config, self.start, self.ends = config, start, ends
+    def __init__(self, config: LazyConfig, start: int) -> None:
+        self.config, self.start = config, start
         self.fixed: mx.array | None = None  # static: the first pruning layer's scores
 
-    def shape(self, scores: mx.array, ids: mx.array) -> mx.array:
-        """Scores of tokens in order (ids: theirs) raised over segments and spans."""
-        config = self.config
-        if config.segments:
-            ends = mx.zeros(ids.shape, mx.bool_) if self.ends is None else self.ends[ids]
-            scores = segment_max(scores, ends, config.segments)
-        return _pooled(scores, config.pool)
-
-    def shape_rows(self, scores: mx.array, rows: mx.array, ids: mx.array) -> mx.array:
-        """Scores of a layer's rows (rows: their positions, in cache order; ids: every token's
-        id by position) shaped in text order, so a chosen token takes its neighbours along
-        whichever step left them at the layer; in cache order, fp32."""
+    def shape_rows(self, scores: mx.array, rows: mx.array) -> mx.array:
+        """Scores of a layer's rows (rows: their positions, in cache order) pooled in text
+        order, so a chosen token takes its neighbours along whichever step left them at the
+        layer; in cache order, fp32."""
         order = mx.argsort(rows)
         shaped = mx.zeros(scores.shape, mx.float32)
-        shaped[order] = self.shape(scores[order], ids[rows[order]]).astype(mx.float32)
+        shaped[order] = _pooled(scores[order], self.config.pool).astype(mx.float32)
         return shaped
 
-    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float, layer: int) -> mx.array:
+    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
         rows = cache.row_positions()
         seen = rows[-observed.shape[2] :]
         mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
-        heads = self.config.heads_at(layer)
-        return attention_scores(observed, cache.fetch()[0], scale, mask, heads)
+        return attention_scores(observed, cache.fetch()[0], scale, mask)
 
-    def own(self, layer: int, rows: Callable[[], mx.array], ids: mx.array) -> mx.array:
-        """Shaped scores of the step's own tokens (the layer's last rows; ids: theirs)."""
-        config, count = self.config, ids.size
+    def own(self, layer: int, rows: Callable[[], mx.array], count: int) -> mx.array:
+        """Pooled scores of the step's own `count` tokens (the layer's last rows)."""
+        config = self.config
         if config.selection == "random":
-            key = mx.random.key(config.seed * 1_000_003 + self.start * 101 + layer)
+            key = mx.random.key(self.start * 101 + layer)
             return mx.random.uniform(shape=(count,), key=key)
         if self.fixed is None:
             scores = rows()[-count:]
             if config.selection != "static":
-                return self.shape(scores, ids)
+                return _pooled(scores, config.pool)
             self.fixed = scores
-        return self.shape(self.fixed, ids)
+        return _pooled(self.fixed, config.pool)
 
     def keep(self, kept: mx.array) -> None:
         if self.fixed is not None:
@@ -121,13 +109,11 @@ def prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
-    ends: mx.array | None = None,
 ) -> mx.array:
     """Run `tokens` over the context, pruning by the config; the last token's logits (1, 1, vocab).
 
     prune: whether the step's own tokens are pruned; a short step runs whole but still revives
-    the context tokens it needs. ends: which vocabulary ids end a segment (segments.py), for
-    configs that keep whole segments. progress(done, total) is called after each layer, `done` being
+    the context tokens it needs. progress(done, total) is called after each layer, `done` being
     the share of the step's tokens whose layers are done (layer-major, so it climbs by a layer's
     worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
     request) leaves the context as it was before it.
@@ -135,7 +121,7 @@ def prompt_step(
     start = state.offset
     revivals = Revivals()
     try:
-        logits = _layers(state, tokens, config, chunk, progress, prune, revivals, ends)
+        logits = _layers(state, tokens, config, chunk, progress, prune, revivals)
         state.revived = sum(positions.size for positions, _, _ in revivals.saved)
         return logits
     except BaseException:
@@ -161,7 +147,7 @@ def _roll_back(state: LazyState, start: int, revivals: Revivals) -> None:
     state.aux.length, state.aux.depth_counts = start, None
 
 
-def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx.array:
+def _layers(state, tokens, config, chunk, progress, prune, revivals) -> mx.array:
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
@@ -169,11 +155,11 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
     first_prune = state.exact_base_layer(config, start, prune and config.prunes)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
-    if start and config.prompt_revive != 0 and config.selection == "attention":
+    if start and config.prompt_revive and config.selection == "attention":
         waiting = aux.counts(num_layers).copy()
     aux.extend(tokens, depth=num_layers)
     aux.depth_counts = None  # pruning changes depths on the device
-    ranker = Ranker(config, start, ends)
+    ranker = Ranker(config, start)
     sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
     h = adapter.embed(tokens[None])
     positions = mx.arange(start, end, dtype=mx.int32)  # revived tokens first, then own ones
@@ -196,32 +182,21 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         if deepest or layer not in keep:
             continue
         own = positions.size - revived
-        recent = max(1, config.keep_last)
-        least = min(own, sinks + recent)  # the forced ones
-        k = max(keep[layer].count(own), least) if prune else own
+        least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
+        k = max(kept_count(keep[layer], own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
-        adapts = prune and keep[layer].mass > 0  # the count waits for the attention
-        if k >= own and not adapts and not revived and not backlog:
+        if k >= own and not revived and not backlog:
             continue
         scale = block.self_attn.scale
-        rows = _Lazy(lambda c=cache, o=observed, s=scale, at=layer: ranker.rows(o, c, s, at))
+        rows = _Lazy(lambda c=cache, o=observed, s=scale: ranker.rows(o, c, s))
         aux.make_slots(adapter.hidden_size, state.dtype)
-        # the step's own tokens: ranked among themselves
         own_h, own_positions = h[:, revived:], positions[revived:]
-        scores = ranker.own(layer, rows, aux.ids[own_positions])
-        index = mx.arange(own)
-        forced = (index < sinks) | (index >= own - recent)
-        if adapts:
-            held = _holding(rows()[-own:], forced, keep[layer].mass)
-            k = max(keep[layer].count(own, held), least)
-        order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
-        kept, dropped = mx.sort(order[:k]), order[k:]
-        ranker.keep(kept)
+        kept, dropped = _rank_own(ranker, layer, rows, own, sinks, k)
         _stop(aux, own_positions[dropped], own_h[0, dropped], layer)
         back_h, back = h[:, :revived], positions[:revived]
         if revived or backlog:  # context tokens: what a prune of the whole context keeps
             back_h, back = _revive(
-                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals, end
+                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals
             )
             revived = back.size
         h = mx.concatenate([back_h, own_h[:, kept]], axis=1)
@@ -229,6 +204,18 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals, ends) -> mx
         first = first if k >= own else None
         mx.eval(h, positions, aux.hidden, aux.depth)
     return adapter.logits(h[:, -1:])
+
+
+def _rank_own(ranker: Ranker, layer: int, rows, own: int, sinks: int, k: int):
+    """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
+    last token always among them. (kept, ascending; dropped)."""
+    scores = ranker.own(layer, rows, own)
+    index = mx.arange(own)
+    forced = (index < sinks) | (index == own - 1)
+    order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
+    kept = mx.sort(order[:k])
+    ranker.keep(kept)
+    return kept, order[k:]
 
 
 class _Lazy:
@@ -249,35 +236,23 @@ def _stop(aux: LazyAux, positions: mx.array, hidden: mx.array, layer: int) -> No
     aux.depth[positions] = layer + 1
 
 
-def _holding(attention: mx.array, forced: mx.array, share: float) -> int:
-    """The fewest tokens holding `share` of the attention the unforced ones get, plus the forced
-    (always kept, and left out of the sum: sinks and the observers soak up most of it)."""
-    free = mx.sort(mx.where(forced, 0.0, attention.astype(mx.float32)))[::-1]
-    reached = mx.cumsum(free) >= share * free.sum()
-    return int(mx.argmax(reached).item()) + 1 + int(forced.sum().item())
-
-
-def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, revivals, end):
+def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, revivals):
     """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
-    ones (pruned here by an earlier step) ranked high now, at most `prompt_revive` of those.
+    ones (pruned here by an earlier step) ranked high now.
 
-    Every row of the layer is ranked by the step's attention, shaped like the step's own tokens
-    but over all rows in text order, and the top `keep.count(rows)` (the count a prune of the
+    Every row of the layer is ranked by the step's attention, pooled like the step's own tokens
+    but over all rows in text order, and the top share `keep` of them (the count a prune of the
     whole context would keep) decide.
     Returns the carried context tokens' hidden states and positions, positions ascending.
     """
-    aux, num_layers, config = state.aux, state.num_layers, ranker.config
+    aux, num_layers = state.aux, state.num_layers
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
     rows = cache.row_positions()
     context_rows = rows[:split]
-    shaped = ranker.shape_rows(scores, rows, aux.ids)
+    shaped = ranker.shape_rows(scores, rows)
     context, back = shaped[:split], shaped[split : split + revived]
-    held = None
-    if keep.mass:  # sinks and the step's recent tokens are forced, as in the step's own ranking
-        forced = (rows < config.keep_first) | (rows >= end - max(1, config.keep_last))
-        held = _holding(scores, forced, keep.mass)
-    count = keep.count(cache.rows, held)
+    count = kept_count(keep, cache.rows)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []
@@ -289,8 +264,6 @@ def _revive(state, layer, scores, keep: Keep, ranker, h, positions, revived, rev
     waiting = aux.depth[context_rows] == layer + 1
     eligible = waiting & (context >= bar)
     picks = int(eligible.sum().item())
-    if config.prompt_revive is not None:
-        picks = min(picks, config.prompt_revive)
     parts_h = [h[:, still]] if still.size else []
     parts = [positions[still]] if still.size else []
     if picks:

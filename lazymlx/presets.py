@@ -69,13 +69,33 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
 
 
 LEGACY_DECODE = {"full": "sparse", "lazy": "revive"}
+# Knobs of the studies, used by no shipped preset and since removed (benchmarks/STUDIES.md names
+# the commits); a saved preset that left them as these values loads as it ran.
+REMOVED = {
+    "budgets": [], "masses": [], "floors": [], "keep_last": 0, "segments": 0, "heads": "mean",
+    "retrieval_heads": [], "revive_shaped": False, "seed": 0,
+}  # fmt: skip
 
 
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
-    """A saved config; fields it lacks take LazyConfig's defaults, so older files keep loading."""
+    """A saved config; fields it lacks take LazyConfig's defaults, so older files keep loading,
+    and one that relies on a removed knob is refused rather than run as something else."""
+    for name, unused in REMOVED.items():
+        if name in entry and entry[name] != unused:
+            raise LazymlxError(
+                f"a saved preset sets {name}={entry[name]!r}, a knob lazymlx no longer has; "
+                "calibrate the model again (lazymlx calibrate) or delete that preset"
+            )
     values = {f.name: entry[f.name] for f in fields(LazyConfig) if f.name in entry}
     if values.get("decode") in LEGACY_DECODE:  # presets saved before engine v2
         values["decode"] = LEGACY_DECODE[values["decode"]]
+    if values.get("prompt_revive", True) in (None, 0):  # once a cap per layer: none, or never
+        values["prompt_revive"] = values["prompt_revive"] is None
+    elif not isinstance(values.get("prompt_revive", True), bool):
+        raise LazymlxError(
+            f"a saved preset caps prompt_revive at {values['prompt_revive']}, a knob lazymlx no "
+            "longer has; calibrate the model again (lazymlx calibrate) or delete that preset"
+        )
     return LazyConfig(**values)
 
 
@@ -83,15 +103,16 @@ def preset_names(model: str) -> list[str]:
     return list(dict.fromkeys([*PRESETS, *shipped_presets(model), *saved_presets(model)]))
 
 
-def resolve_preset(name: str, model: str) -> LazyConfig:
+def resolve_preset(name: str, model: str | None) -> LazyConfig:
     """A preset for this model: the user's calibrated ones first, then those lazymlx ships for
-    it, then the built-in ones.
+    it, then the built-in ones (only those for a model without a name). Every entry point
+    (the CLI, `LLM`, `generate(lazy=...)`) resolves names here.
 
-    The presets derived from `default` (sparse, paper, long, static, random) follow the model's
+    The presets derived from `default` (sparse, paper, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
     are compared to.
     """
-    own = shipped_presets(model) | saved_presets(model)
+    own = {} if model is None else shipped_presets(model) | saved_presets(model)
     if name in own:
         return own[name]
     if name in DERIVED:
@@ -99,7 +120,8 @@ def resolve_preset(name: str, model: str) -> LazyConfig:
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(
-        f"unknown lazy preset {name!r} for {model}; choose one of: {', '.join(preset_names(model))}"
+        f"unknown lazy preset {name!r} for {model or 'this model'}; choose one of: "
+        f"{', '.join(PRESETS if model is None else preset_names(model))}"
     )
 
 

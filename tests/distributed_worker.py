@@ -41,8 +41,12 @@ def digest(array: mx.array) -> str:
     return hashlib.sha256(np.array(array).tobytes()).hexdigest()
 
 
-def run(model, tokenizer, prompt: list[int], heads: str, out: Path) -> dict:
-    config = replace(PRUNING, heads=heads)
+# the decode policies: revival reads the whole group's attention at every decode step too
+VARIANTS = {"revive": PRUNING, "sparse": replace(PRUNING, decode="sparse")}
+
+
+def run(model, tokenizer, prompt: list[int], variant: str, out: Path) -> dict:
+    config = VARIANTS[variant]
     state = LazyState(model)
     state.record = []
     first = list(
@@ -52,7 +56,7 @@ def run(model, tokenizer, prompt: list[int], heads: str, out: Path) -> dict:
     second = list(
         lazymlx.stream_generate(model, tokenizer, turn, 3, lazy=config, prompt_cache=state)
     )
-    path = out / f"context-{heads}.safetensors"
+    path = out / f"context-{variant}.safetensors"
     state.save(path)
     loaded = LazyState.load(path, model)
     again = list(
@@ -78,8 +82,8 @@ def main() -> None:
     joined = distributed.join()
     model, tokenizer = lazymlx.load(model_path, group=joined)
     prompt = np.random.default_rng(0).integers(3, 250, size=length).tolist()
-    reductions = sys.argv[4].split(",") if len(sys.argv) > 4 else ["mean", "max"]
-    result = {heads: run(model, tokenizer, prompt, heads, out) for heads in reductions}
+    variants = sys.argv[4].split(",") if len(sys.argv) > 4 else list(VARIANTS)
+    result = {name: run(model, tokenizer, prompt, name, out) for name in variants}
     (out / f"rank{distributed.rank()}.json").write_text(json.dumps(result))
 
 

@@ -23,6 +23,7 @@ from lazymlx.cli import chat as chat_module
 from lazymlx.cli import console
 from lazymlx.cli.app import app, main
 from lazymlx.cli.chat import repl
+from lazymlx.config import PRESETS
 from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.session import ChatSession
 
@@ -559,7 +560,7 @@ def test_lazy_state_save_writes_what_the_cli_reads(tmp_path: Path, tiny_model_di
 
     model, tokenizer = load(str(tiny_model_dir))
     state = LazyState(model)
-    default = LazyConfig.preset("default")
+    default = PRESETS["default"]
     list(
         stream_generate(model, tokenizer, "the cat sat " * 100, 2, prompt_cache=state, lazy=default)
     )

@@ -86,36 +86,17 @@ def test_a_rank_that_fails_alone_says_so_and_rank_0_says_who(monkeypatch):
     assert str(common) == "no such file or directory: ./m" and not isinstance(common, RankError)
 
 
-@pytest.mark.parametrize("heads", ["mean", "max"])
-def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch, heads):
+def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch):
     """Two ranks, each holding half the heads, reduce to the scores one process ranks."""
     queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
     keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
-    whole = attention_scores(queries, keys, 0.25, heads=heads)
+    whole = attention_scores(queries, keys, 0.25)
     sent = []
     monkeypatch.setattr(distributed, "_group", SimpleNamespace(size=lambda: 2))
-    for collective in ("all_sum", "all_max"):
-        monkeypatch.setattr(mx.distributed, collective, lambda x, group: sent.append(x) or x)
-    for rank in range(2):  # rank r holds query heads 4r..4r+3 and KV heads 2r..2r+1
-        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25, heads=heads)  # fmt: skip
-    reduced = mx.maximum(*sent) if heads == "max" else (sent[0] + sent[1]) / 8
-    assert mx.allclose(reduced, whole, atol=1e-7).item()
-
-
-@pytest.mark.parametrize("heads", [(1, 6), (1, 3)], ids=["one on each rank", "both on rank 0"])
-def test_retrieval_heads_are_numbered_over_every_ranks_heads(monkeypatch, heads):
-    """Of 8 heads, rank 0 holds 0-3 and rank 1 holds 4-7; each sends the sum of the chosen ones it
-    holds (zeros if none), and their sum over ranks is the mean one process ranks."""
-    queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
-    keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
-    whole = attention_scores(queries, keys, 0.25, heads=heads)
-    sent = []
     monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
-    for rank in range(2):
-        group = SimpleNamespace(size=lambda: 2, rank=lambda rank=rank: rank)
-        monkeypatch.setattr(distributed, "_group", group)
-        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25, heads=heads)  # fmt: skip
-    assert mx.allclose((sent[0] + sent[1]) / 2, whole, atol=1e-7).item()
+    for rank in range(2):  # rank r holds query heads 4r..4r+3 and KV heads 2r..2r+1
+        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25)  # fmt: skip
+    assert mx.allclose((sent[0] + sent[1]) / 8, whole, atol=1e-7).item()
 
 
 def test_a_request_reaches_the_other_ranks_as_rank_0_runs_it():
@@ -250,8 +231,8 @@ def error_lines(stderr: str) -> list[str]:
 
 @pytest.mark.slow
 def test_two_ranks_keep_the_same_tokens_and_answer_as_one_process(tiny_model_dir, tmp_path):
-    """Kept tokens, depths, Aux slots and revivals bit-identical on both ranks, for both head
-    reductions; greedy tokens (after a save and load too) as one process's, log-probs in fp32
+    """Kept tokens, depths, Aux slots and revivals bit-identical on both ranks, for both decode
+    policies; greedy tokens (after a save and load too) as one process's, log-probs in fp32
     tolerance."""
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
@@ -267,13 +248,13 @@ def test_two_ranks_keep_the_same_tokens_and_answer_as_one_process(tiny_model_dir
 
 
 def assert_as_one_process(alone: dict, rank: dict, tolerance: float) -> None:
-    for heads, mine in rank.items():
-        theirs = alone[heads]
+    for variant, mine in rank.items():
+        theirs = alone[variant]
         for key in ("record", "depths", "kv_rows", "tokens", "after_load", "without_load"):
-            assert mine[key] == theirs[key], (heads, key)
+            assert mine[key] == theirs[key], (variant, key)
         assert mine["after_load"] == mine["without_load"]
         gap = np.abs(np.array(mine["logprobs"]) - np.array(theirs["logprobs"])).max()
-        assert gap < tolerance, (heads, gap)
+        assert gap < tolerance, (variant, gap)
 
 
 @pytest.mark.slow
@@ -424,8 +405,8 @@ def test_smollm2_on_three_ranks_keeps_the_same_tokens_and_answers_as_one_process
     (tmp_path / "one").mkdir()
     (tmp_path / "three").mkdir()
     python = [sys.executable, str(WORKER), DEFAULT_MODEL]
-    Launch(0, *python, str(tmp_path / "one"), "300", "mean").finish(120)
-    _, err = Launch(3, *python, str(tmp_path / "three"), "300", "mean").finish(540)
+    Launch(0, *python, str(tmp_path / "one"), "300", "revive").finish(120)
+    _, err = Launch(3, *python, str(tmp_path / "three"), "300", "revive").finish(540)
     assert (tmp_path / "three" / "rank2.json").exists(), err
     alone = json.loads((tmp_path / "one" / "rank0.json").read_text())
     ranks = [json.loads((tmp_path / "three" / f"rank{r}.json").read_text()) for r in range(3)]

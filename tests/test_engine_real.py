@@ -8,6 +8,7 @@ from conftest import assert_keep_all_reproduces_stock
 
 import lazymlx
 from lazymlx import LazyConfig
+from lazymlx.config import PRESETS
 from lazymlx.prompts import passkey_prompt
 from lazymlx.session import ChatSession
 
@@ -50,7 +51,7 @@ def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
     baseline = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
     responses = list(
         lazymlx.stream_generate(
-            model, tokenizer, prompt.text, max_tokens=6, lazy=LazyConfig.preset("default")
+            model, tokenizer, prompt.text, max_tokens=6, lazy=PRESETS["default"]
         )
     )
     assert prompt.correct(baseline)
@@ -63,7 +64,7 @@ def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
 def test_everyday_prompts_under_the_default_give_the_keep_all_answer(real):
     """Prompts under the default's min_prompt run whole, so short questions keep their answer."""
     model, tokenizer = real
-    default = LazyConfig.preset("default")
+    default = PRESETS["default"]
     for prompt in ("The capital of France is", "What is 2+2? The answer is"):
         assert lazymlx.generate(
             model, tokenizer, prompt, max_tokens=12, lazy=default

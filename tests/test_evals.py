@@ -37,7 +37,6 @@ from lazymlx.evals.runner import (
 from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
 from lazymlx.measure import Strategy
-from lazymlx.segments import segment_ends, segment_max
 
 LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
 
@@ -132,21 +131,6 @@ def test_bootstrap_interval_of_a_mean_and_of_a_difference():
     assert 29 < low <= 30 <= high < 31
     low, high = bootstrap_interval(bimodal, minus=bimodal)
     assert low < 0 < high  # the same cases: no difference
-
-
-def test_segments_keep_a_sentence_whole(tiny):
-    _, tokenizer = tiny
-    ends = segment_ends(tokenizer)
-    ids = mx.array(tokenizer.encode("aa. bb\ncc", add_special_tokens=False))
-    flags = ends[ids].tolist()
-    text = [tokenizer.decode([i]) for i in ids.tolist()]
-    assert [t for t, f in zip(text, flags, strict=True) if f] == [".", "\n"]
-    scores = mx.array([0.1, 0.9, 0.0, 0.2, 0.3, 0.1, 0.0, 0.05, 0.01])
-    shaped = segment_max(scores, ends[ids], longest=64).tolist()
-    assert shaped[0] == pytest.approx(0.9 + 1e-4) and shaped[2] == pytest.approx(0.9)  # "aa."
-    assert min(shaped[3:7]) >= 0.3 and max(shaped[7:]) < 0.06  # " bb\n", then "cc"
-    pieces = segment_max(scores, mx.zeros(9, mx.bool_), longest=4).tolist()
-    assert pieces[4] == pytest.approx(0.3 + 3e-4) and pieces[8] == pytest.approx(0.01 + 1e-5)
 
 
 def _outcome(text: str, tokens: list[int], ttft: float = 1.0, fraction: float = 1.0) -> Outcome:

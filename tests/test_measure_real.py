@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_measure_cli import BENCH_ROW_KEYS, invoke
@@ -10,6 +11,10 @@ from test_measure_cli import BENCH_ROW_KEYS, invoke
 from lazymlx.evals.families import FAMILIES
 
 pytestmark = pytest.mark.real_model
+# The shipped presets' greedy tokens on the smoke cases, written when the engine's unused knobs
+# were deleted (the tokens before and after were identical): any engine change that moves them
+# is a change in behaviour, to be measured before this file is rewritten.
+PRESET_TOKENS = Path(__file__).parent / "data" / "smoke_preset_tokens.json"
 
 
 def test_bench_smoke_on_the_default_model(real):
@@ -40,7 +45,8 @@ def test_bench_smoke_on_the_default_model(real):
 
 def test_eval_smoke_on_the_default_model(real):
     """One short calibration case per family through its path (raw, follow-up, context file,
-    LLM prefix reuse, chat), against the committed baselines: nothing re-runs stock mlx-lm."""
+    LLM prefix reuse, chat), against the committed baselines: nothing re-runs stock mlx-lm; the
+    shipped presets give the tokens they gave before."""
     data = json.loads(
         invoke(
             "eval",
@@ -53,7 +59,7 @@ def test_eval_smoke_on_the_default_model(real):
             "--cases",
             "1",
             "--lazy",
-            "default",
+            "default,fast",
             "--output",
             "json",
         )  # fmt: skip
@@ -68,3 +74,5 @@ def test_eval_smoke_on_the_default_model(real):
     default = rows["all", "lazy:default"]
     assert default["compute_fraction"] < 0.9
     assert default["baseline_right"] >= 8 and default["kept_share"] >= 0.9
+    tokens = {f"{c['family']} {c['mode']}": c["tokens"] for c in data["cases"]}
+    assert tokens == json.loads(PRESET_TOKENS.read_text())

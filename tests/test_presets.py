@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from lazymlx import LazyConfig, presets
-from lazymlx.config import DERIVED, PRESETS
+from lazymlx.config import PRESETS
 from lazymlx.errors import LazymlxError
 from lazymlx.presets import (
     calibrated,
@@ -46,13 +45,8 @@ def test_builtin_presets_and_the_comparison_strategies():
 def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
-    tuned = LazyConfig(
-        schedule=((0.5, 0.7),),
-        budgets=((0.5, 900),),
-        masses=((0.5, 0.9),),
-        floors=((0.5, 0.3),),
-        retrieval_heads=((7, (7, 2)),),  # JSON makes these lists: they must come back equal
-    )
+    # JSON makes the schedule's pairs lists: they must come back equal
+    tuned = LazyConfig(schedule=((0.5, 0.7), (0.6, 0.5)), prompt_revive=False, revive_steps=None)
     path = save_preset(str(model_dir), "tuned", tuned, {"target": 0.97})
     assert resolve_preset("tuned", str(model_dir)) == tuned
     assert resolve_preset("tuned", str(tmp_path / ".." / tmp_path.name / "my-model")) == tuned
@@ -73,7 +67,7 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 def test_preset_errors():
     with pytest.raises(
-        LazymlxError, match="choose one of: off, default, fast, sparse, paper, long, static, random"
+        LazymlxError, match="choose one of: off, default, fast, sparse, paper, static, random"
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
@@ -88,21 +82,6 @@ def test_presets_saved_before_engine_v2_keep_working():
     assert config_from_dict({"decode": "full"}).decode == "sparse"
     assert config_from_dict({"decode": "lazy"}).decode == "revive"
     assert config_from_dict({}) == LazyConfig()
-
-
-def test_long_budgets_the_first_pruning_layer_of_any_default():
-    built_in = DERIVED["long"](LazyConfig.preset("default"))
-    # the default's own budget there gives way to the smaller one, and its floor is dropped
-    first = LazyConfig.preset("default").schedule[0][0]
-    assert built_in.budgets == ((first, 1024),)
-    layer = math.floor(first * 30)
-    assert built_in.floors == () and built_in.pruning_layers(30)[layer].count(8192) == 1024
-    tight = LazyConfig(schedule=((0.3, 0.5),), budgets=((0.3, 500),), floors=((0.3, 0.2),))
-    assert DERIVED["long"](tight).budgets == ((0.3, 500),)
-    late = DERIVED["long"](LazyConfig(schedule=((0.5, 1.0), (0.6, 0.5))))
-    assert late.budgets == ((0.6, 1024),)  # a ratio of 1 prunes nothing
-    keep_all = DERIVED["long"](LazyConfig())
-    assert keep_all.prunes and keep_all.budgets[0][1] == 1024
 
 
 def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_path, monkeypatch):

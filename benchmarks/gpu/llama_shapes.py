@@ -22,8 +22,9 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models import llama
 
-from lazymlx import LazyConfig, LazyState
+from lazymlx import LazyState
 from lazymlx.bench import header
+from lazymlx.config import PRESETS
 from lazymlx.decode import LazyModel
 from lazymlx.lengths import parse_lengths
 
@@ -58,7 +59,7 @@ def run(model, prompt: mx.array, mode: str, gen_len: int) -> dict:
     cache, wrapped = None, model
     if mode != "baseline":
         cache = LazyState(model)
-        wrapped = LazyModel(model, cache, LazyConfig.preset(mode), prompt.size, 2048)
+        wrapped = LazyModel(model, cache, PRESETS[mode], prompt.size, 2048)
     start = time.perf_counter()
     steps = generate_step(prompt, wrapped, max_tokens=gen_len, prompt_cache=cache)
     next(steps)
@@ -109,7 +110,7 @@ def main() -> None:
         "random-weight Llama shapes, bf16",
         gen_len=args.gen_len,
         repeats=args.repeats,
-        presets={m: LazyConfig.preset(m).describe() for m in modes if m != "baseline"},
+        presets={m: PRESETS[m].describe() for m in modes if m != "baseline"},
     )
     with open(args.output, "w") as file:
         json.dump(report | {"rows": rows}, file, indent=1)
