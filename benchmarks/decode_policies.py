@@ -23,9 +23,9 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 from lazymlx import LazyConfig, LazyState
-from lazymlx.bench import header
-from lazymlx.config import PRESETS
-from lazymlx.decode import LazyModel
+from lazymlx.engine.config import PRESETS
+from lazymlx.engine.decode import LazyModel
+from lazymlx.evals.bench import header
 from lazymlx.prompts import passkey_prompt
 
 

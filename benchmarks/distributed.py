@@ -35,10 +35,10 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 from lazymlx import LazyState, distributed
-from lazymlx.bench import bench_prompt, header
-from lazymlx.config import PRESETS
+from lazymlx.engine.config import PRESETS
+from lazymlx.engine.prefill import PREFILL_CHUNK, prompt_step
+from lazymlx.evals.bench import bench_prompt, header
 from lazymlx.lengths import parse_lengths
-from lazymlx.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.prompts import holds_answer
 
 HERE = Path(__file__).parent

@@ -25,15 +25,15 @@ import json
 
 import mlx.core as mx
 
-from lazymlx.bench import header
 from lazymlx.cli.app import load_model
+from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
+from lazymlx.evals.bench import header
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
 from lazymlx.evals.runner import baseline_outcome
 from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths
-from lazymlx.presets import resolve_preset
 
 THRESHOLDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 

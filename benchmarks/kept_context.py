@@ -30,13 +30,13 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from lazymlx import complete
-from lazymlx.bench import header
 from lazymlx.cli.app import load_model
+from lazymlx.engine import complete
+from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.bench import header
 from lazymlx.evals.families import make_case
 from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths
-from lazymlx.presets import resolve_preset
 
 
 def ask(model, tokenizer, cache, tokens: list[int], max_tokens: int, lazy) -> dict:

@@ -19,8 +19,8 @@ lazymlx=.venv/bin/lazymlx
 #    (calibration cases only; benchmarks/STUDIES.md, round 3). The first study ran before the
 #    baselines were cached, so without --right-only; it was stopped after 6 cases.
 #    Beside them, round 2's default (prompt-step revival off, as it shipped), saved as v2-default.
-# .venv/bin/python -c "from dataclasses import replace; from lazymlx.presets import save_preset
-# from lazymlx.config import LazyConfig
+# .venv/bin/python -c "from dataclasses import replace; from lazymlx.engine.presets import save_preset
+# from lazymlx.engine.config import LazyConfig
 # v2 = LazyConfig(schedule=((0.24, 0.4), (0.57, 0.4)), budgets=((0.24, 2048),), floors=((0.24, 0.25),),
 #                 keep_first=4, window=8, pool=12, decode='revive', min_prompt=256, prompt_revive=0)
 # save_preset('smollm2-135m', 'v2-default', v2, {'from': 'round 2 default, ed16c62'})"
@@ -252,7 +252,7 @@ $lazymlx eval --model $m --split validation --families all --lengths 8k --cases 
 .venv/bin/python benchmarks/tables.py accuracy $results/models/$m/validation_stock.jsonl
 # the exact twins of the presets, saved for the measurement (the shipped presets complete by fill)
 for name in default fast; do .venv/bin/python -c "
-import lazymlx; from dataclasses import replace; from lazymlx.presets import resolve_preset, save_preset
+import lazymlx; from dataclasses import replace; from lazymlx.engine.presets import resolve_preset, save_preset
 save_preset('$m', '$name-exact', replace(resolve_preset('$name', '$m'), complete='exact'), {})"; done
 .venv/bin/python benchmarks/kept_context.py --model $m --lengths 2k --cases 2 --output $results/kept/${m}_2k.json
 .venv/bin/python benchmarks/kept_context.py --model $m --lengths 8k --cases 1 --output $results/kept/${m}_8k.json

@@ -20,7 +20,7 @@ import time
 import openai
 import uvicorn
 
-from lazymlx.bench import header
+from lazymlx.evals.bench import header
 from lazymlx.llm import LLM
 from lazymlx.server import create_app
 

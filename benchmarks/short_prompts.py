@@ -21,8 +21,8 @@ from dataclasses import replace
 from pydoc_data.topics import topics
 
 from lazymlx import LazyConfig
-from lazymlx.bench import header
-from lazymlx.config import PRESETS
+from lazymlx.engine.config import PRESETS
+from lazymlx.evals.bench import header
 
 QUESTIONS = (
     "What is the capital of France?",

@@ -16,9 +16,9 @@ import time
 
 import mlx.core as mx
 
-from lazymlx.bench import header
 from lazymlx.cli.app import load_model
-from lazymlx.presets import resolve_preset
+from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.bench import header
 from lazymlx.session import ChatSession
 
 QUESTIONS = (

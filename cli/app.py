@@ -24,7 +24,7 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
-from lazymlx.config import DERIVED, PRESETS, LazyConfig
+from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
 
@@ -116,7 +116,7 @@ Lazy = Annotated[
 def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline)."""
     from lazymlx import distributed
-    from lazymlx.presets import resolve_preset
+    from lazymlx.engine.presets import resolve_preset
 
     # each rank reads its machine's saved presets: one that lacks this preset says so
     config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
@@ -126,7 +126,7 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
 def _calibration_note(preset: str, model: str) -> str | None:
     """What to say, once the model is loaded, when its presets were not calibrated on it."""
     from lazymlx import distributed
-    from lazymlx.presets import calibrated
+    from lazymlx.engine.presets import calibrated
 
     if (
         preset in ("default", "fast", *DERIVED)
@@ -531,7 +531,6 @@ def serve(
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             llm.follow()
             return
-        llm.name = model
         address = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         where = f"http://{address}:{sock.getsockname()[1]}/v1"  # the port given, or the one picked
         err.print(f"serving {model} at {where} (OpenAI-compatible; Ctrl-C stops)", soft_wrap=True)

@@ -1,4 +1,4 @@
-"""`lazymlx bench`, `eval` and `calibrate`: thin commands over lazymlx.bench, evals and calibrate."""
+"""`lazymlx bench`, `eval` and `calibrate`: thin commands over lazymlx.evals.bench, evals and calibrate."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _presets(text: str) -> list[str]:
 
 def _header(model: str, strategies, **settings) -> dict:
     """The run's header, with what each preset in it does."""
-    from lazymlx.bench import header
+    from lazymlx.evals.bench import header
 
     presets = {s.mode: s.config.describe() for s in strategies}
     return header(model, **settings) | {"presets": presets}
@@ -103,8 +103,8 @@ def bench(
     output: Output = "md",
 ) -> None:
     """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length."""
-    from lazymlx.bench import bench as run_bench
-    from lazymlx.measure import strategy
+    from lazymlx.evals.bench import bench as run_bench
+    from lazymlx.evals.measure import strategy
 
     check_format(output)
     lengths = parse_lengths(prompt_len)
@@ -234,8 +234,8 @@ def evaluate(
     output: Output = "md",
 ) -> None:
     """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
+    from lazymlx.evals.measure import strategy
     from lazymlx.evals.runner import read_records
-    from lazymlx.measure import strategy
 
     check_format(output)
     if records is not None:
@@ -441,17 +441,17 @@ def calibrate(
         typer.Option(
             "--ship",
             help="A registry model's maintainers: write the choice into lazymlx's own data as "
-            "the model's default and fast (lazymlx/calibrated/MODEL.json).",
+            "the model's default and fast (lazymlx/engine/calibrated/MODEL.json).",
         ),
     ] = False,
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor)."""
-    from lazymlx.calibrate import Bar, candidate_strategies, choose
+    from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
+    from lazymlx.evals.calibrate import Bar, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.models.registry import REGISTRY
-    from lazymlx.presets import resolve_preset, save_preset, ship_preset
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)

@@ -27,15 +27,15 @@ _PUBLIC = {
     "load": "lazymlx.models.loading",
     "generate": "lazymlx.generation",
     "stream_generate": "lazymlx.generation",
-    "LazyConfig": "lazymlx.config",
-    "LazyState": "lazymlx.cache",
+    "LazyConfig": "lazymlx.engine.config",
+    "LazyState": "lazymlx.engine.cache",
     "LLM": "lazymlx.llm",
     "Stream": "lazymlx.llm",
 }
 
 if TYPE_CHECKING:
-    from lazymlx.cache import LazyState
-    from lazymlx.config import LazyConfig
+    from lazymlx.engine.cache import LazyState
+    from lazymlx.engine.config import LazyConfig
     from lazymlx.generation import generate, stream_generate
     from lazymlx.llm import LLM, Stream
     from lazymlx.models.loading import load

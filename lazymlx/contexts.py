@@ -23,8 +23,8 @@ from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_promp
 from mlx_lm.utils import common_prefix_len
 
 from lazymlx import distributed
-from lazymlx.cache import LazyState, save_prompt_cache_atomic
-from lazymlx.config import LazyConfig
+from lazymlx.engine.cache import LazyState, save_prompt_cache_atomic
+from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import cached_length
 
@@ -105,7 +105,7 @@ def save_context(
     **extra: Any,
 ) -> None:
     """Write a context file atomically: mlx-lm's format, with model, version, preset, tokens and
-    whether it is complete. A lazy context is completed first (lazymlx/complete.py), so later
+    whether it is complete. A lazy context is completed first (lazymlx/engine/complete.py), so later
     questions find the whole document, unless `complete` is False."""
     from lazymlx import __version__
 

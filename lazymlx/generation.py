@@ -27,12 +27,12 @@ from mlx_lm.generate import stream_generate as mlx_lm_stream_generate
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.cache import LazyState
-from lazymlx.config import LazyConfig
-from lazymlx.decode import LazyModel
+from lazymlx.engine.cache import LazyState
+from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.prefill import PREFILL_CHUNK
+from lazymlx.engine.templates import template_tail
 from lazymlx.errors import LazymlxError
-from lazymlx.prefill import PREFILL_CHUNK
-from lazymlx.templates import template_tail
 from lazymlx.worker import GENERATION_THREAD
 
 Prompt = str | Sequence[int] | mx.array
@@ -151,7 +151,7 @@ def resolve_lazy(lazy: LazyConfig | str | None, model: str | None) -> LazyConfig
     if lazy is None or isinstance(lazy, LazyConfig):
         return lazy
     if isinstance(lazy, str):
-        from lazymlx.presets import resolve_preset
+        from lazymlx.engine.presets import resolve_preset
 
         return None if lazy == "off" else resolve_preset(lazy, model)
     raise LazymlxError(f"lazy= takes a LazyConfig or a preset name, got {type(lazy).__name__}")
@@ -235,7 +235,7 @@ def stream_generate(
     presence_penalty, frequency_penalty, logit_bias ({token id: bias}) (mlx-lm's
     make_logits_processors); lazy: None (or "off") runs stock mlx-lm, a LazyConfig or a preset
     name runs the lazy prompt step and then mlx-lm's own decode loop over the lazy context
-    (lazymlx/decode.py); prompt_cache carries context between calls (an mlx-lm cache list on the
+    (lazymlx/engine/decode.py); prompt_cache carries context between calls (an mlx-lm cache list on the
     stock path, a LazyState on the lazy one); the rest (prefill_step_size,
     prompt_progress_callback, ...) go to mlx-lm's generate_step. prompt_progress_callback(done,
     total) is called with 0 first, then per prefill chunk (stock) or per layer (the lazy step).

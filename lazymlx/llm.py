@@ -12,7 +12,7 @@ resends its history, as an OpenAI-style client does, only computes its new token
         ui.append(response.text)
 
 Between requests the generation thread completes the kept contexts that pruning left partly
-computed (lazymlx/complete.py), least recently used first, one layer chunk at a time, so a
+computed (lazymlx/engine/complete.py), least recently used first, one layer chunk at a time, so a
 request arriving waits at most for the unit in progress and the next question over a kept
 conversation finds its context whole.
 
@@ -40,8 +40,8 @@ import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx import distributed
-from lazymlx.config import LazyConfig
 from lazymlx.contexts import ContextPool
+from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
     GENERATION_LOCK,
@@ -184,12 +184,15 @@ class LLM:
         context_bytes: int = 2 << 30,
         idle: bool = True,
     ) -> None:
-        self.name = model if isinstance(model, str) else getattr(model, "__name__", "model")
-        self.lazy = resolve_lazy(lazy, self.name)
-        self.contexts = ContextPool(context_bytes)
         self.model, self.tokenizer = GENERATION_THREAD.call(
             model if callable(model) else lambda: _load(model)
         )
+        # a loader's model names itself (lazymlx.load sets it), so its calibrated presets apply
+        self.name = (
+            model if isinstance(model, str) else getattr(self.model, "lazymlx_name", "model")
+        )
+        self.lazy = resolve_lazy(lazy, self.name)
+        self.contexts = ContextPool(context_bytes)
         # rank 0 of a group the loader sharded the model over: it hands every request on
         self.leads = distributed.group() is not None and distributed.rank() == 0
         self.closed = False
@@ -303,7 +306,7 @@ class LLM:
         """One unit of completing the kept contexts, least recently used first (lazymlx/
         complete.py); whether any is still incomplete. Rank 0 of a group has the others run
         the same unit."""
-        from lazymlx.complete import step
+        from lazymlx.engine.complete import step
 
         for context in self.contexts.contexts:
             if context.lazy and not context.cache.complete:

@@ -5,7 +5,7 @@ of it and prefills only the rest, so a reply costs its own tokens, not the whole
 turn cut short (Ctrl-C) or a re-tokenized answer only costs the tokens that differ. With a lazy
 config the context is a LazyState, so tokens pruned in earlier turns can be revived in later ones,
 and between turns (while the user reads and types) `complete_step` completes it a unit at a time
-(lazymlx/complete.py), so the next question finds the whole conversation computed.
+(lazymlx/engine/complete.py), so the next question finds the whole conversation computed.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.complete import step
-from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
+from lazymlx.engine.complete import step
+from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
     Response,

@@ -7,7 +7,7 @@ does. On Metal, MLX streams belong to the thread that made them. So work from th
 and go (an app's workers, a web server's pool) is handed to this one daemon thread, which never
 ends; the main thread runs its own work directly (its end is the process's end).
 
-When no job is queued the thread does idle work (completing kept contexts, lazymlx/complete.py)
+When no job is queued the thread does idle work (completing kept contexts, lazymlx/engine/complete.py)
 one short unit at a time, looking at the queue between units: a job never waits for more than
 the unit in progress, and jobs still run in the order they were submitted.
 """

@@ -23,7 +23,7 @@ from lazymlx.cli import chat as chat_module
 from lazymlx.cli import console
 from lazymlx.cli.app import app, main
 from lazymlx.cli.chat import repl
-from lazymlx.config import PRESETS
+from lazymlx.engine.config import PRESETS
 from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.session import ChatSession
 

@@ -1,4 +1,4 @@
-"""Completing a pruned context (lazymlx/complete.py) on tiny random models: fill computes each
+"""Completing a pruned context (lazymlx/engine/complete.py) on tiny random models: fill computes each
 missing (token, layer) pair once, exact gives stock's keys and values, a unit at a time leaves a
 context every later step can use."""
 
@@ -13,8 +13,9 @@ from conftest import engine_greedy, random_model, random_tokens
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache
 
-from lazymlx import LazyState, complete
-from lazymlx.config import LazyConfig
+from lazymlx import LazyState
+from lazymlx.engine import complete
+from lazymlx.engine.config import LazyConfig
 
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", revive=4)
 FILL, EXACT = replace(PRUNING, complete="fill"), replace(PRUNING, complete="exact")

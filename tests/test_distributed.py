@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,14 +29,15 @@ from conftest import random_model, random_tokens
 from mlx_lm.models.cache import save_prompt_cache
 
 from lazymlx import LazyConfig, LazyState, distributed
-from lazymlx.blocks import attention_scores
 from lazymlx.cli.app import main
-from lazymlx.config import PRESETS
 from lazymlx.contexts import Context, load_context, save_context
+from lazymlx.engine.blocks import attention_scores
+from lazymlx.engine.config import PRESETS
+from lazymlx.engine.prefill import prompt_step
+from lazymlx.engine.presets import save_preset
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.llm import Stream, _message, _Request, _shared_request
 from lazymlx.models.registry import DEFAULT_MODEL
-from lazymlx.prefill import prompt_step
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).parent / "distributed_worker.py"
@@ -341,8 +343,13 @@ def conversation(url: str) -> list[dict]:
 @on_linux
 @pytest.mark.slow
 def test_serve_under_mlx_launch_answers_as_one_process_and_stops_every_rank(tiny_model_dir):
+    """Without idle completion: how much of a kept context it finishes before the next request
+    arrives depends on timing, and a group's lockstep units are slower than one process's."""
+    untimed = replace(PRESETS["default"], complete="off")
+    save_preset(str(tiny_model_dir), "no-idle", untimed, {"for": "a test without idle timing"})
     port = distributed.free_ports(1)
     command = [str(BIN / "lazymlx"), "serve", "-m", str(tiny_model_dir), "--port", str(port)]
+    command += ["--lazy", "no-idle"]
     launch = Launch(2, *command)
     try:
         group = conversation(serving(launch, port))

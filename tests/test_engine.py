@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 import lazymlx
-from lazymlx import LazyConfig, LazyState, blocks, prefill
-from lazymlx.cache import LazyKVCache
-from lazymlx.config import SELECTIONS, kept_count
+from lazymlx import LazyConfig, LazyState
+from lazymlx.engine import blocks, prefill
+from lazymlx.engine.cache import LazyKVCache
+from lazymlx.engine.config import SELECTIONS, kept_count
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
@@ -608,7 +609,7 @@ def window_rows(state: LazyState) -> list[int]:
 def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
     """Gemma 3's local layers see the last 24 positions here: rows older than every query still
     to come are dropped, as stock's rotating cache drops them, and nothing else changes."""
-    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    monkeypatch.setattr(lazymlx.engine.cache, "FORGET_SLACK", 8)
     model = random_model("gemma3_text")  # window 24, a global layer in 3
     prompt = random_tokens(200)
     state = LazyState(model)
@@ -632,7 +633,7 @@ def test_forgetting_out_of_window_rows_changes_no_pruned_answer(monkeypatch, con
     prompt = random_tokens(300)
     runs = []
     for slack in (10**9, 8):
-        monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", slack)
+        monkeypatch.setattr(lazymlx.engine.cache, "FORGET_SLACK", slack)
         state = LazyState(model)
         state.record = []
         runs.append((engine_greedy(model, prompt, 48, config, state, chunk=64), state))
@@ -655,7 +656,7 @@ def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_pa
     new one (as for stock's rotating cache); saved and loaded, it remembers how far it forgot."""
     from lazymlx.contexts import Context
 
-    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    monkeypatch.setattr(lazymlx.engine.cache, "FORGET_SLACK", 8)
     model = random_model("gemma3_text")
     prompt = random_tokens(200)
     context = Context(LazyState(model))
@@ -674,7 +675,7 @@ def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_pa
 def test_an_interrupted_step_on_sliding_windows_keeps_the_rows_from_before(monkeypatch):
     """Windows drop rows in the middle of a long step; rolling it back goes by position, so the
     layers hold exactly what they held before, less what a window dropped meanwhile."""
-    monkeypatch.setattr(lazymlx.cache, "FORGET_SLACK", 8)
+    monkeypatch.setattr(lazymlx.engine.cache, "FORGET_SLACK", 8)
     model = random_model("gemma3_text", num_layers=6)
     state = LazyState(model)
     engine_greedy(model, random_tokens(150), 2, REVIVING, state, chunk=32)

@@ -8,7 +8,7 @@ from conftest import assert_keep_all_reproduces_stock
 
 import lazymlx
 from lazymlx import LazyConfig
-from lazymlx.config import PRESETS
+from lazymlx.engine.config import PRESETS
 from lazymlx.prompts import passkey_prompt
 from lazymlx.session import ChatSession
 

@@ -11,11 +11,11 @@ import pytest
 from conftest import random_model
 
 from lazymlx import LazyConfig
-from lazymlx.calibrate import Bar, choose
 from lazymlx.errors import LazymlxError
 from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
 from lazymlx.evals.baselines import BaselineCache, fingerprint
+from lazymlx.evals.calibrate import Bar, choose
 from lazymlx.evals.families import (
     FAMILIES,
     KINDS,
@@ -26,6 +26,7 @@ from lazymlx.evals.families import (
     parse_families,
     suite_counts,
 )
+from lazymlx.evals.measure import Strategy
 from lazymlx.evals.runner import (
     Outcome,
     Record,
@@ -36,7 +37,6 @@ from lazymlx.evals.runner import (
 )
 from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
 from lazymlx.evals.summary import ALL, summarize
-from lazymlx.measure import Strategy
 
 LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
 

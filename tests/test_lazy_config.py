@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.config import kept_count
+from lazymlx.engine.config import kept_count
+from lazymlx.engine.presets import REMOVED, config_from_dict, resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.presets import REMOVED, config_from_dict, resolve_preset
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 
 import lazymlx
 from lazymlx import LazyConfig
+from lazymlx.engine.presets import save_preset
 from lazymlx.errors import LazymlxError
 from lazymlx.llm import LLM
 from lazymlx.session import ChatSession
@@ -223,7 +224,7 @@ def test_idle_time_completes_the_kept_context(tiny_model_dir):
 
 
 def test_a_request_during_completion_waits_for_one_unit_at_most(tiny_model_dir, monkeypatch):
-    from lazymlx import complete
+    from lazymlx.engine import complete
 
     units: list[tuple[float, float]] = []
     real_step = complete.step
@@ -269,3 +270,20 @@ def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_mo
     assert answers == [direct(tiny, f"question {i}", 3, None) for i in range(5)]
     llm.complete()
     assert all(context.cache.complete for context in llm.contexts.contexts if context.lazy)
+
+
+def test_a_loaded_models_own_presets_apply_by_name_in_every_entry_point(tiny_model_dir):
+    """A preset calibrated for a model resolves from its name in LLM (given a name or a loader,
+    as `serve` gives one) and in generate(lazy=NAME), through the one resolver."""
+    mine = LazyConfig(schedule=((0.5, 0.4),), keep_first=2, complete="off")
+    save_preset(str(tiny_model_dir), "mine", mine, {"for": "this test"})
+    for model in (str(tiny_model_dir), lambda: lazymlx.load(str(tiny_model_dir))):
+        llm = LLM(model, lazy="mine", idle=False)
+        try:
+            assert llm.lazy == mine and llm.name == str(tiny_model_dir)
+        finally:
+            llm.close()
+    model, tokenizer = lazymlx.load(str(tiny_model_dir))
+    prompt = "the cat " * 100
+    named = lazymlx.generate(model, tokenizer, prompt, max_tokens=4, lazy="mine")
+    assert named == lazymlx.generate(model, tokenizer, prompt, max_tokens=4, lazy=mine)

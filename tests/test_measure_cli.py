@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lazymlx.bench import bench_prompt
 from lazymlx.cli.app import app, main
+from lazymlx.engine.presets import presets_file, resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.presets import presets_file, resolve_preset
+from lazymlx.evals.bench import bench_prompt
 
 runner = CliRunner()
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from lazymlx import LazyConfig, presets
-from lazymlx.config import PRESETS
-from lazymlx.errors import LazymlxError
-from lazymlx.presets import (
+from lazymlx import LazyConfig
+from lazymlx.engine import presets
+from lazymlx.engine.config import PRESETS
+from lazymlx.engine.presets import (
     calibrated,
     config_from_dict,
     presets_file,
@@ -18,6 +18,7 @@ from lazymlx.presets import (
     saved_presets,
     ship_preset,
 )
+from lazymlx.errors import LazymlxError
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ from dataclasses import replace
 import mlx.core as mx
 
 import lazymlx
-from lazymlx.cache import LazyState
-from lazymlx.config import LazyConfig
-from lazymlx.templates import generation_tail, template_tail
+from lazymlx.engine.cache import LazyState
+from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.templates import generation_tail, template_tail
 
 TEXT = " ".join(f"item {i} is {i * 7 % 97}." for i in range(60))
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), window=2, pool=1)

@@ -59,7 +59,7 @@ def test_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path, tiny_m
     assert (site / "lazymlx" / "cli" / "app.py").exists()
     assert not (site / "models").exists() and not (site / "cli").exists()
     # the registry models' data: calibrated presets and cached baselines
-    assert (site / "lazymlx" / "calibrated" / "smollm2-135m.json").exists()
+    assert (site / "lazymlx" / "engine" / "calibrated" / "smollm2-135m.json").exists()
     assert (site / "lazymlx" / "evals" / "baselines" / "smollm2-135m.json").exists()
     # dependencies come from this environment, without the network; its editable lazymlx is not seen
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")

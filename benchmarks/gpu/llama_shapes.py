@@ -23,9 +23,9 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import llama
 
 from lazymlx import LazyState
-from lazymlx.bench import header
-from lazymlx.config import PRESETS
-from lazymlx.decode import LazyModel
+from lazymlx.engine.config import PRESETS
+from lazymlx.engine.decode import LazyModel
+from lazymlx.evals.bench import header
 from lazymlx.lengths import parse_lengths
 
 SHAPES = {

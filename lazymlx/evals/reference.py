@@ -4,7 +4,7 @@ A small model answers many cases on near-ties, and any harmless change flips som
 reference is one such change nobody would call a regression: every 2-D weight quantized with
 MLX's affine 8-bit quantization (groups of 64) and dequantized back to fp32, then run as stock
 on the same cases. What it keeps of stock's right answers is the floor a pruning preset is
-judged against: a loss below it is noise, above it a real loss (lazymlx/calibrate.py). Its
+judged against: a loss below it is noise, above it a real loss (lazymlx/evals/calibrate.py). Its
 answers are cached like the baseline's: its weights have their own fingerprint, so its entries
 sit beside stock's in the same file, one more per case.
 """

@@ -8,7 +8,7 @@ runs the same path with lazy=None, and its outcome is cached on disk (baselines.
 costs only its own side.
 
 Multi-turn cases (follow-ups, kept documents, chats) have idle time between their turns, where
-the app completes the pruned context (lazymlx/complete.py): a preset that completes runs them
+the app completes the pruned context (lazymlx/engine/complete.py): a preset that completes runs them
 twice, after completion (its own mode, timed apart) and with no idle time (" no-idle").
 """
 
@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.complete import complete
-from lazymlx.config import LazyConfig
 from lazymlx.contexts import Context, load_context, new_cache, save_context
+from lazymlx.engine.complete import complete
+from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
+from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.scoring import common_prefix
 from lazymlx.generation import Response, encode_prompt, stream_generate
-from lazymlx.measure import BASELINE, Strategy
 
 if TYPE_CHECKING:
     from lazymlx.session import ChatSession

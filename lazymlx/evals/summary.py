@@ -13,9 +13,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
+from lazymlx.evals.measure import BASELINE
 from lazymlx.evals.runner import Record, RecordKey, case_key
 from lazymlx.evals.scoring import bootstrap_interval, wilson
-from lazymlx.measure import BASELINE
 
 ALL = "all"
 

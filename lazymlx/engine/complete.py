@@ -23,10 +23,10 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.blocks import append_kv, attention_mask, block_forward
-from lazymlx.cache import LazyState
-from lazymlx.config import LazyConfig
-from lazymlx.decode import interrupts_deferred
+from lazymlx.engine.blocks import append_kv, attention_mask, block_forward
+from lazymlx.engine.cache import LazyState
+from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.decode import interrupts_deferred
 
 COMPLETION_CHUNK = 512  # tokens per unit: one unit stays short enough to yield at once
 

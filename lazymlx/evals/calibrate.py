@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from lazymlx.config import LazyConfig
+from lazymlx.engine.config import LazyConfig
+from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import NO_IDLE, Record
 from lazymlx.evals.summary import ALL, summarize
-from lazymlx.measure import BASELINE, Strategy
 
 # Candidates built from a model's default (so they keep its scoring, decode and length rules):
 # the schedules round 3 of benchmarks/STUDIES.md compared on SmolLM2, a generous first prune

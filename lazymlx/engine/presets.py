@@ -1,7 +1,7 @@
 """Preset lookup: a model's calibrated presets, then the built-in ones.
 
 Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
-model). Each registry model's ship with lazymlx (lazymlx/calibrated/NAME.json, written by
+model). Each registry model's ship with lazymlx (lazymlx/engine/calibrated/NAME.json, written by
 `lazymlx calibrate --ship`); a user's own (`lazymlx calibrate`) are stored per model name in one
 JSON file beside the converted models, written atomically so an interrupted save never leaves a
 half-written file, and come first.
@@ -16,7 +16,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from lazymlx.config import DERIVED, PRESETS, LazyConfig
+from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 

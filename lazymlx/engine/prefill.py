@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.blocks import append_kv, attention_mask, attention_scores, block_forward
-from lazymlx.cache import LazyAux, LazyKVCache, LazyState
-from lazymlx.config import LazyConfig, kept_count
+from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
+from lazymlx.engine.cache import LazyAux, LazyKVCache, LazyState
+from lazymlx.engine.config import LazyConfig, kept_count
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 

@@ -31,7 +31,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
 from lazymlx import distributed
-from lazymlx.config import LazyConfig
+from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
 
@@ -185,7 +185,7 @@ class LazyAux(_BaseCache):
     while it pipelines) never waits for the host. `depth_counts` is the host's copy of how many
     tokens sit at each depth, kept exact by the revival policy without reading the device.
 
-    For exact completion (lazymlx/complete.py) a context also keeps each token's output of the
+    For exact completion (lazymlx/engine/complete.py) a context also keeps each token's output of the
     first pruning layer (`base`, where `based`), where recomputing it starts, and
     `inexact_from`: the first position whose deeper KV may differ from stock's.
     """
@@ -443,7 +443,7 @@ class LazyState(list):
         """What a context file says of itself, as the CLI writes it: the model (the name
         lazymlx.load was given), lazymlx's version, the preset and the tokens."""
         from lazymlx import __version__
-        from lazymlx.config import preset_name
+        from lazymlx.engine.config import preset_name
 
         return {
             "model": getattr(self.adapter.model, "lazymlx_name", "an unnamed model"),
@@ -454,8 +454,8 @@ class LazyState(list):
 
     @property
     def complete(self) -> bool:
-        """Whether completing it (lazymlx/complete.py) has nothing left to do."""
-        from lazymlx.complete import pending
+        """Whether completing it (lazymlx/engine/complete.py) has nothing left to do."""
+        from lazymlx.engine.complete import pending
 
         return self.config is None or not pending(self, self.config)
 
@@ -466,7 +466,7 @@ class LazyState(list):
         rank's heads, written by rank 0); complete it first (its config's completion) unless
         `complete` is False. The metadata says whether the file is complete."""
         if complete and self.config is not None:
-            from lazymlx.complete import complete as finish
+            from lazymlx.engine.complete import complete as finish
 
             finish(self, self.config)
         metadata = self.metadata() | (metadata or {})

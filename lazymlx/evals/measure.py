@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.config import LazyConfig
+from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.presets import resolve_preset
 from lazymlx.generation import stream_generate
-from lazymlx.presets import resolve_preset
 
 BASELINE = "baseline"
 COMPARISONS = ("static", "random")

@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lazymlx import distributed
-from lazymlx.cache import LazyKVCache
+from lazymlx.engine.cache import LazyKVCache
 from lazymlx.models.adapters import LlamaAdapter
 
 

@@ -22,8 +22,8 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.families import make_case
+from lazymlx.evals.measure import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.generation import encode_prompt
-from lazymlx.measure import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.platform import backend, blas_name, device_name
 from lazymlx.prompts import holds_answer
 

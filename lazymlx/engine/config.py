@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from lazymlx.errors import LazymlxError
 
-# What decoding does with pruned prompt tokens (lazymlx/decode.py). "sparse": the new token attends
+# What decoding does with pruned prompt tokens (lazymlx/engine/decode.py). "sparse": the new token attends
 # to the KV the prompt step left, nothing is revived. "revive": at each pruning layer the new token
 # brings back up to `revive` of the tokens that stopped there, from their Aux slots.
 DECODE_MODES = ("sparse", "revive")
@@ -21,7 +21,7 @@ DECODE_MODES = ("sparse", "revive")
 # same schedule: "static" ranks once, at the step's first pruning layer, and reuses that order
 # deeper; "random" drops tokens at random.
 SELECTIONS = ("attention", "static", "random")
-# What idle time does with a pruned context kept for later turns (lazymlx/complete.py). "fill":
+# What idle time does with a pruned context kept for later turns (lazymlx/engine/complete.py). "fill":
 # every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
 # pair computed once. "exact": every token is recomputed from the first pruning layer down, so
 # the context's KV is stock's. "off": nothing (batch use).
@@ -41,7 +41,7 @@ class LazyConfig:
         averaged over those queries and over the query heads (SnapKV's observation window);
         1 is LazyLLM's last-token rule.
     past_template: a step that ends with the chat template's closing tokens (the same every
-        turn; lazymlx/templates.py) observes `window` tokens before them too, so a chat turn is
+        turn; lazymlx/engine/templates.py) observes `window` tokens before them too, so a chat turn is
         scored by its question as a raw prompt is, not by its template.
     pool: a token scores the best of itself and the `pool` carried tokens before it, so the
         tokens that follow a high-scoring one (the rest of a number, of a sentence) go on with
@@ -171,7 +171,7 @@ PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
     # Chosen on SmolLM2's calibration split, reported on its validation split
     # (benchmarks/STUDIES.md, round 3); `lazymlx calibrate` makes the choice for another model,
-    # and each registry model ships its own (lazymlx/calibrated/).
+    # and each registry model ships its own (lazymlx/engine/calibrated/).
     "default": LazyConfig(
         schedule=((0.67, 0.2),),
         keep_first=4,

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx.blocks import attention_mask, attention_scores, block_forward
-from lazymlx.cache import LazyState
-from lazymlx.config import LazyConfig
-from lazymlx.prefill import Progress, prompt_step
+from lazymlx.engine.blocks import attention_mask, attention_scores, block_forward
+from lazymlx.engine.cache import LazyState
+from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.prefill import Progress, prompt_step
 
 
 class LazyModel(nn.Module):
@@ -132,7 +132,7 @@ def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C until the block is done, then raise it (main thread only, where it arrives).
 
     A decode step only builds a graph (milliseconds), so holding Ctrl-C costs nothing; a prompt
-    step can be long, and rolls back instead (lazymlx/prefill.py).
+    step can be long, and rolls back instead (lazymlx/engine/prefill.py).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
