@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Container
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
 from lazymlx import distributed
+from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
@@ -492,11 +492,8 @@ def save_prompt_cache_atomic(
 ) -> None:
     """mlx-lm's save_prompt_cache, written beside `path` and renamed over it: an interrupted save
     leaves the old file (or none), never half of one."""
-    path = Path(path)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".safetensors", delete=False) as f:
-        staged = Path(f.name)
-    try:
-        mlx_lm_cache.save_prompt_cache(str(staged), entries, metadata)
-        os.replace(staged, path)
-    finally:
-        staged.unlink(missing_ok=True)
+    write_atomic(
+        path,
+        lambda staged: mlx_lm_cache.save_prompt_cache(str(staged), entries, metadata),
+        suffix=".safetensors",
+    )

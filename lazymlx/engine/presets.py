@@ -10,12 +10,11 @@ half-written file, and come first.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
@@ -145,10 +144,5 @@ def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
 
 
 def _write_json(path: Path, data: Any) -> Path:
-    """Write `data` beside `path` and rename it over it: never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
-        json.dump(data, file, indent=1)
-        staged = Path(file.name)
-    os.replace(staged, path)
-    return path
+    """Write `data` as JSON, atomically."""
+    return write_atomic(path, lambda staged: staged.write_text(json.dumps(data, indent=1)))

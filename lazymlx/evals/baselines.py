@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
@@ -24,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from lazymlx.engine.atomic import write_atomic
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.families import Case
 from lazymlx.platform import backend
@@ -130,10 +129,5 @@ class BaselineCache:
     def _write(self, key: str, entry: dict[str, Any]) -> None:
         """Add one entry to the file as it is now (another run may have added some since)."""
         self.own = _read(self.path) | self.own | {key: entry}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=self.path.parent, suffix=".tmp", delete=False
-        ) as file:
-            json.dump({"format": 1, "entries": self.own}, file, indent=0, sort_keys=True)
-            staged = Path(file.name)
-        os.replace(staged, self.path)
+        data = json.dumps({"format": 1, "entries": self.own}, indent=0, sort_keys=True)
+        write_atomic(self.path, lambda staged: staged.write_text(data))
