@@ -220,6 +220,27 @@ class LazyAux(_BaseCache):
         if self.depth_counts is not None:
             self.depth_counts[depth] += tokens.size
 
+    def move(
+        self,
+        positions: mx.array,
+        depth: int | mx.array,
+        was: int | None,
+        hidden: mx.array | None = None,
+    ) -> None:
+        """Every change of depth goes through here: the tokens at `positions` now hold KV in
+        layers 0..depth-1 (a depth each, or one for all) and `hidden`, if given, in their Aux
+        slots. was: the depth they all
+        had, which keeps the host's counts exact without reading the device (None: unknown,
+        counted again on next use)."""
+        if hidden is not None:
+            self.hidden[positions] = hidden
+        self.depth[positions] = depth
+        if was is None:
+            self.depth_counts = None
+        elif self.depth_counts is not None:
+            self.depth_counts[was] -= positions.size
+            self.depth_counts[depth] += positions.size
+
     def make_slots(self, hidden_size: int, dtype: mx.Dtype) -> None:
         """The Aux slots, made when a step first prunes: a context that never prunes (`off`,
         short prompts) holds no hidden state beside its KV."""

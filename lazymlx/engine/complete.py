@@ -73,17 +73,14 @@ def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> None:
     h = aux.hidden[positions][None]
     block, cache = adapter.layers[layer], state[layer]
     mask = attention_mask(cache, positions, adapter.sliding_windows[layer], ordered=False)
+    hidden = None
     if layer == state.num_layers - 1:  # the deepest layer: only its keys and values are read
         append_kv(adapter, block, cache, h, positions, None)
-        mx.eval(cache.keys, cache.values, cache.positions)
     else:
-        out, _ = block_forward(adapter, block, cache, h, positions, None, mask)
-        aux.hidden[positions] = out[0]
-    aux.depth[positions] = layer + 1
-    mx.eval(aux.hidden, aux.depth, cache.keys, cache.values, cache.positions)
+        hidden = block_forward(adapter, block, cache, h, positions, None, mask)[0][0]
     counts = aux.counts(state.num_layers)
-    counts[layer] -= picked.size
-    counts[layer + 1] += picked.size
+    aux.move(positions, layer + 1, layer, hidden)
+    mx.eval(aux.hidden, aux.depth, cache.keys, cache.values, cache.positions)
     if state.record is not None:
         state.record.append((layer, picked.tolist()))
     if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
@@ -115,8 +112,6 @@ def restart(state: LazyState, config: LazyConfig) -> None:
     inputs = embedded
     if aux.based is not None:
         inputs = mx.where(aux.based[start:end][:, None], aux.base[start:end], embedded)
-    aux.hidden[region] = inputs
-    aux.depth[region] = mx.array(restarts)
-    aux.depth_counts = None
+    aux.move(region, mx.array(restarts), None, inputs)
     aux.inexact_from, aux.base, aux.based, aux.base_layer = None, None, None, None
     mx.eval(aux.hidden, aux.depth)

@@ -174,11 +174,7 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
         if deepest or layer not in keep:
             continue
         if revived:  # carried tokens stop here unless picked again
-            back = positions[:-1]
-            aux.hidden[back] = h[0, :-1]
-            aux.depth[back] = layer + 1
-            counts[layer + 1] += revived
-            counts[num_layers] -= revived
+            aux.move(positions[:-1], layer + 1, num_layers, h[0, :-1])
         revived = min(config.revive, int(counts[layer + 1]))
         if not revived:
             h, positions = h[:, -1:], positions[-1:]
@@ -188,9 +184,7 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
         waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
         picked = rows[picks]
-        aux.depth[picked] = num_layers
-        counts[layer + 1] -= revived
-        counts[num_layers] += revived
+        aux.move(picked, num_layers, layer + 1)
         h = mx.concatenate([aux.hidden[picked][None], h[:, -1:]], axis=1)
         positions = mx.concatenate([picked, positions[-1:]])
     return adapter.logits(h[:, -1:])

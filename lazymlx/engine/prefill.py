@@ -95,8 +95,7 @@ class Revivals:
 
     def undo(self, aux: LazyAux) -> None:
         for positions, depth, slots in reversed(self.saved):
-            aux.hidden[positions] = slots
-            aux.depth[positions] = depth
+            aux.move(positions, depth, None, slots)
 
 
 Progress = Callable[[int, int], None]
@@ -158,7 +157,6 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals) -> mx.array
     if start and config.prompt_revive and config.selection == "attention":
         waiting = aux.counts(num_layers).copy()
     aux.extend(tokens, depth=num_layers)
-    aux.depth_counts = None  # pruning changes depths on the device
     ranker = Ranker(config, start)
     sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
     h = adapter.embed(tokens[None])
@@ -192,7 +190,7 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals) -> mx.array
         aux.make_slots(adapter.hidden_size, state.dtype)
         own_h, own_positions = h[:, revived:], positions[revived:]
         kept, dropped = _rank_own(ranker, layer, rows, own, sinks, k)
-        _stop(aux, own_positions[dropped], own_h[0, dropped], layer)
+        aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = h[:, :revived], positions[:revived]
         if revived or backlog:  # context tokens: what a prune of the whole context keeps
             back_h, back = _revive(
@@ -230,12 +228,6 @@ class _Lazy:
         return self.value
 
 
-def _stop(aux: LazyAux, positions: mx.array, hidden: mx.array, layer: int) -> None:
-    """Tokens that go no deeper: their output of `layer` becomes their Aux slot."""
-    aux.hidden[positions] = hidden
-    aux.depth[positions] = layer + 1
-
-
 def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, revivals):
     """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
     ones (pruned here by an earlier step) ranked high now.
@@ -259,7 +251,7 @@ def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, re
     still = mx.array([i for i, on in enumerate(flags) if on], mx.int32)
     stop = mx.array([i for i, on in enumerate(flags) if not on], mx.int32)
     if stop.size:
-        _stop(aux, positions[stop], h[0, stop], layer)
+        aux.move(positions[stop], layer + 1, None, h[0, stop])
     # waiting context tokens above the bar come back
     waiting = aux.depth[context_rows] == layer + 1
     eligible = waiting & (context >= bar)
@@ -271,7 +263,7 @@ def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, re
         picked = mx.sort(context_rows[best])
         parts_h.append(revivals.save(aux, picked, layer + 1)[None])
         parts.append(picked)
-        aux.depth[picked] = num_layers
+        aux.move(picked, num_layers, None)
     if not parts:
         return h[:, :0], positions[:0]
     back_h, back_positions = mx.concatenate(parts_h, axis=1), mx.concatenate(parts)
