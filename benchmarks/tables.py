@@ -41,14 +41,15 @@ def kept(row: dict) -> str:
 
 def bench_table(paths: list[Path]) -> str:
     lines = [
-        "| prompt tokens | mode | TTFT (s), mean ± std | speedup | prefill computed | decode tok/s | peak GB "
-        "| passkey right | tokens = baseline's |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | prompt tokens | mode | TTFT (s), mean ± std | speedup | prefill computed "
+        "| decode tok/s | peak GB | passkey right | tokens = baseline's |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path in paths:
-        for r in json.loads(path.read_text())["rows"]:
+        run = json.loads(path.read_text())
+        for r in run["rows"]:
             lines.append(
-                f"| {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f}"
+                f"| {run.get('model', '')} | {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.2f}"
                 + ("" if r["ttft_std"] is None else f" ± {r['ttft_std']:.2f}")
                 + " "
                 f"| {r['speedup']:.2f}x "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Annotated
 
 import typer
@@ -480,7 +481,9 @@ def calibrate(
     names = ("default", "fast") if ship else (name, f"{name}-fast")
     for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
         if chosen is not None:
-            details = {"candidate": chosen, "bar": vars(bar), "date": head.get("date")}
+            # the run's date, or today's when re-deciding from --records
+            day = head.get("date") or datetime.date.today().isoformat()
+            details = {"candidate": chosen, "bar": vars(bar), "date": day}
             keep = ship_preset if ship else save_preset
             path = keep(model, preset, configs[chosen], details)
             err.print(
