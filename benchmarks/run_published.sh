@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every number in benchmarks/README.md and in round 3 of benchmarks/STUDIES.md, in the order they
 # were made (run from the repository root after `make setup openblas model`; one job at a time:
-# two cores, and parallel timings lie). Round 2's numbers (benchmarks/results/v2/) come from
+# two cores, and parallel timings lie). Round 2's numbers (benchmarks/results/v2/, in the tree up to b4ad181) come from
 # this script at commit ed16c62.
 set -euo pipefail
 cd "$(dirname "$0")/.."
