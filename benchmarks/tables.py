@@ -7,6 +7,8 @@
 .venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl
+.venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_256.json
+.venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b.json
 """
 
 from __future__ import annotations
@@ -194,6 +196,51 @@ def kept_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def _against_stock(paths: list[Path], stock: str):
+    """Each row of benchmarks/gpu/*.py results with the stock row of its shape and length."""
+    for path in paths:
+        rows = json.loads(path.read_text())["rows"]
+        base = {(r["shape"], r["prompt_tokens"]): r for r in rows if r["mode"] == stock}
+        for row in rows:
+            yield row, base[row["shape"], row["prompt_tokens"]]
+
+
+def gpu_table(paths: list[Path]) -> str:
+    """benchmarks/gpu/llama_shapes.py: one prompt per shape and length, stock beside each mode."""
+    lines = [
+        "| shape | prompt tokens | mode | TTFT (s) | speedup | decode tok/s (vs stock) "
+        "| whole answer (s) | peak GB | prefill computed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, b in _against_stock(paths, "baseline"):
+        lines.append(
+            f"| {r['shape']} | {r['prompt_tokens']} | {r['mode']} | {r['ttft_s']:.3f} "
+            f"| {b['ttft_s'] / r['ttft_s']:.2f}x "
+            f"| {r['decode_tps']:.0f} ({r['decode_tps'] / b['decode_tps']:.2f}x) "
+            f"| {r['answer_s']:.2f} | {r['peak_gb']:.1f} | {r['compute_fraction']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def gpu_kept_table(paths: list[Path]) -> str:
+    """benchmarks/gpu/kept_shapes.py: a question over a kept context, stock beside each mode."""
+    lines = [
+        "| shape | document tokens | mode | document TTFT vs stock | idle s | units "
+        "| longest unit (ms) | question TTFT (ms) | vs stock | decode tok/s | peak GB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, b in _against_stock(paths, "stock"):
+        lines.append(
+            f"| {r['shape']} | {r['prompt_tokens']} | {r['mode']} "
+            f"| {b['document_ttft_s'] / r['document_ttft_s']:.2f}x | {r['idle_s']:.2f} "
+            f"| {r['units']} | {1000 * r['longest_unit_s']:.0f} "
+            f"| {1000 * r['question_ttft_s']:.0f} "
+            f"| {b['question_ttft_s'] / r['question_ttft_s']:.2f}x | {r['decode_tps']:.0f} "
+            f"| {r['peak_gb']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def freeform_table(paths: list[Path]) -> str:
     """Free-form agreement per mode and length (the free-form families pooled), with a 95%
     bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
@@ -246,6 +293,8 @@ TABLES = {
     "multiturn": multiturn_table,
     "accuracy": accuracy_table,
     "kept": kept_table,
+    "gpu": gpu_table,
+    "gpukept": gpu_kept_table,
 }
 
 

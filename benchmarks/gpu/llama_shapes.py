@@ -8,7 +8,12 @@ all modes back to back; each run reports TTFT, decode tok/s over `--gen-len` tok
 first, the wall time of the whole answer, peak memory and the prefill compute fraction.
 
     PYTHONPATH=/tmp/site python3 benchmarks/gpu/llama_shapes.py --shapes 1b,8b --lengths 8k,32k \
-        --modes baseline,off,default,fast --gen-len 256 --repeats 2 --output $OUT/gpu.json
+        --modes baseline,off,default,fast,qwen2.5-coder-0.5b:default --gen-len 256 --repeats 2 \
+        --output $OUT/gpu.json
+
+A mode is stock mlx-lm ("baseline"), a built-in preset, or MODEL:PRESET, a registry model's
+calibrated preset timed on these shapes (its schedule is a fraction of depth, so it transfers).
+The report is rewritten after every length, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import llama
 
 from lazymlx import LazyState
-from lazymlx.engine.config import PRESETS
+from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import header
 from lazymlx.lengths import parse_lengths
 
@@ -52,6 +58,12 @@ def build(shape: str) -> llama.Model:
     return model
 
 
+def preset(mode: str) -> LazyConfig:
+    """A built-in preset ("fast") or a registry model's calibrated one ("MODEL:default")."""
+    model, _, name = mode.rpartition(":")
+    return resolve_preset(name, model or None)
+
+
 def run(model, prompt: mx.array, mode: str, gen_len: int) -> dict:
     """One generation: stock mlx-lm ("baseline") or a lazymlx preset."""
     mx.clear_cache()
@@ -59,7 +71,7 @@ def run(model, prompt: mx.array, mode: str, gen_len: int) -> dict:
     cache, wrapped = None, model
     if mode != "baseline":
         cache = LazyState(model)
-        wrapped = LazyModel(model, cache, PRESETS[mode], prompt.size, 2048)
+        wrapped = LazyModel(model, cache, preset(mode), prompt.size, 2048)
     start = time.perf_counter()
     steps = generate_step(prompt, wrapped, max_tokens=gen_len, prompt_cache=cache)
     next(steps)
@@ -82,12 +94,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--lengths", default="8k,32k")
-    parser.add_argument("--modes", default="baseline,off,default,fast")
+    parser.add_argument("--modes", default="baseline,off,default,fast,qwen2.5-coder-0.5b:default")
     parser.add_argument("--gen-len", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     modes = args.modes.split(",")
+    report = header(
+        "random-weight Llama shapes, bf16",
+        gen_len=args.gen_len,
+        repeats=args.repeats,
+        presets={m: preset(m).describe() for m in modes if m != "baseline"},
+    )
     rows = []
     for shape in args.shapes.split(","):
         model = build(shape)
@@ -105,15 +123,9 @@ def main() -> None:
                     row[key] = statistics.median(r[key] for r in runs[mode])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+            with open(args.output, "w") as file:
+                json.dump(report | {"rows": rows}, file, indent=1)
         del model
-    report = header(
-        "random-weight Llama shapes, bf16",
-        gen_len=args.gen_len,
-        repeats=args.repeats,
-        presets={m: PRESETS[m].describe() for m in modes if m != "baseline"},
-    )
-    with open(args.output, "w") as file:
-        json.dump(report | {"rows": rows}, file, indent=1)
 
 
 if __name__ == "__main__":
