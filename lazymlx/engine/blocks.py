@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lazymlx import distributed
-from lazymlx.engine.cache import LazyKVCache
+from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.models.adapters import LlamaAdapter
 
 
@@ -62,11 +62,7 @@ def attention_mask(
     come after every cached row (a new step's own tokens), where MLX's "causal" is exact."""
     if ordered and window is None:
         return "causal" if at.size > 1 else None
-    rows = mx.concatenate([cache.row_positions(), at])
-    mask = rows[None] <= at[:, None]
-    if window is not None:
-        mask = mask & (at[:, None] - rows[None] < window)
-    return mask
+    return causal_mask(mx.concatenate([cache.row_positions(), at]), at, window)
 
 
 def append_kv(
@@ -103,9 +99,8 @@ def attention_scores(
     _, num_heads, window, head_dim = queries.shape
     kv_heads = keys.shape[1]
     grouped = queries[0].reshape(kv_heads, num_heads // kv_heads, window, head_dim)
-    logits = (grouped.astype(mx.float32) * scale) @ keys[0].astype(mx.float32).swapaxes(-1, -2)[
-        :, None
-    ]
+    keys_t = keys[0].astype(mx.float32).swapaxes(-1, -2)[:, None]
+    logits = (grouped.astype(mx.float32) * scale) @ keys_t
     if mask is not None:
         logits = mx.where(mask, logits, -mx.inf)
     probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)

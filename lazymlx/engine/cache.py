@@ -55,6 +55,16 @@ def _grown(buffer: mx.array | None, used: int, needed: int, shape: tuple, dtype,
     return mx.concatenate([kept, fresh], axis=axis)
 
 
+def causal_mask(keys_at: mx.array, queries_at: mx.array, window: int | None = None) -> mx.array:
+    """Which keys each query may see, by original positions: the one causal mask of the engine
+    (rows of a pruned or completed layer are not in position order). window: a sliding-window
+    layer's reach."""
+    mask = keys_at[None] <= queries_at[:, None]
+    if window is not None:
+        mask = mask & (queries_at[:, None] - keys_at[None] < window)
+    return mask
+
+
 class LazyKVCache(_BaseCache):
     """One layer's keys and values for the tokens computed there, with their positions.
 
@@ -128,8 +138,7 @@ class LazyKVCache(_BaseCache):
         if not return_array:
             return "causal" if N > 1 else None
         queries = mx.arange(self.offset, self.offset + N, dtype=mx.int32)
-        keys = mx.concatenate([self.row_positions(), queries])
-        return keys[None] <= queries[:, None]
+        return causal_mask(mx.concatenate([self.row_positions(), queries]), queries)
 
     def size(self) -> int:
         return self.rows
@@ -259,9 +268,8 @@ class LazyAux(_BaseCache):
 
     def mark_inexact(self, position: int) -> None:
         """Tokens from `position` on may hold KV that differs from stock's (a step pruned)."""
-        self.inexact_from = min(
-            position, self.inexact_from if self.inexact_from is not None else position
-        )
+        if self.inexact_from is None or position < self.inexact_from:
+            self.inexact_from = position
 
     def depths(self) -> mx.array:
         return self.depth[: self.length]

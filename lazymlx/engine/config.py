@@ -89,9 +89,7 @@ class LazyConfig:
             if not isinstance(getattr(self, name), bool):
                 raise LazymlxError(f"{name} must be true or false, got {getattr(self, name)!r}")
         steps = self.revive_steps
-        if steps is not None and (
-            not isinstance(steps, int) or isinstance(steps, bool) or steps < 0
-        ):
+        if steps is not None and (type(steps) is not int or steps < 0):  # bool is no number
             raise LazymlxError(f"revive_steps must be a whole number >= 0 or None, got {steps!r}")
         for name, value, choices in (
             ("decode mode", self.decode, DECODE_MODES),
@@ -135,15 +133,11 @@ class LazyConfig:
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
-        later = (
-            "later prompt steps revive what a whole-context prune keeps"
-            if self.prompt_revive and self.selection == "attention"
-            else "later prompt steps revive none"
-        )
-        idle = (
-            "" if self.complete == "off" else f", idle time completes the context ({self.complete})"
-        )
-        return f"{steps}, decode {decode}, {later}{idle}"
+        revives = self.prompt_revive and self.selection == "attention"
+        later = "what a whole-context prune keeps" if revives else "none"
+        idle = f", idle time completes the context ({self.complete})"
+        idle = "" if self.complete == "off" else idle
+        return f"{steps}, decode {decode}, later prompt steps revive {later}{idle}"
 
 
 def kept_count(ratio: float, present: int) -> int:

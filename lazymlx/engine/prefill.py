@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache as cache_once  # the row scores, computed on first use only
 
 import mlx.core as mx
 import numpy as np
 
 from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
-from lazymlx.engine.cache import LazyAux, LazyKVCache, LazyState
+from lazymlx.engine.cache import LazyKVCache, LazyState, causal_mask
 from lazymlx.engine.config import LazyConfig, kept_count
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
@@ -56,9 +57,8 @@ class Ranker:
 
     def rows(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
-        rows = cache.row_positions()
-        seen = rows[-observed.shape[2] :]
-        mask = None if observed.shape[2] == 1 else rows[None] <= seen[:, None]
+        rows, window = cache.row_positions(), observed.shape[2]
+        mask = None if window == 1 else causal_mask(rows, rows[-window:])
         return attention_scores(observed, cache.fetch()[0], scale, mask)
 
     def own(self, layer: int, rows: Callable[[], mx.array], count: int) -> mx.array:
@@ -80,22 +80,24 @@ class Ranker:
 
 
 @dataclass
-class Revivals:
-    """What a prompt step changed in earlier tokens' Aux entries, so an interrupted step can put
-    them back: (positions, their depth before, their Aux slots before), in order."""
+class Step:
+    """What a prompt step keeps from layer to layer (prune: whether its own tokens are pruned),
+    and what it changed in earlier tokens' Aux entries, so an interrupted step can put them
+    back: `revivals` holds (positions, their depth before, their Aux slots before), in order."""
 
-    saved: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
+    state: LazyState
+    config: LazyConfig
+    chunk: int
+    prune: bool
+    ranker: Ranker
+    revivals: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
 
-    def save(self, aux: LazyAux, positions: mx.array, depth: int) -> mx.array:
+    def revive(self, positions: mx.array, depth: int) -> mx.array:
         """Note the tokens' entries before they resume; their Aux slots (their input now)."""
-        slots = aux.hidden[positions]
+        slots = self.state.aux.hidden[positions]
         mx.eval(slots)
-        self.saved.append((positions, depth, slots))
+        self.revivals.append((positions, depth, slots))
         return slots
-
-    def undo(self, aux: LazyAux) -> None:
-        for positions, depth, slots in reversed(self.saved):
-            aux.move(positions, depth, None, slots)
 
 
 Progress = Callable[[int, int], None]
@@ -118,35 +120,53 @@ def prompt_step(
     request) leaves the context as it was before it.
     """
     start = state.offset
-    revivals = Revivals()
+    step = Step(state, config, chunk, prune, Ranker(config, start))
     try:
-        logits = _layers(state, tokens, config, chunk, progress, prune, revivals)
-        state.revived = sum(positions.size for positions, _, _ in revivals.saved)
+        logits = _layers(step, tokens, progress)
+        state.revived = sum(positions.size for positions, _, _ in step.revivals)
         return logits
     except BaseException:
-        _roll_back(state, start, revivals)
+        _roll_back(step, start)
         raise
 
 
-def _roll_back(state: LazyState, start: int, revivals: Revivals) -> None:
+def _roll_back(step: Step, start: int) -> None:
     """Drop every row the step added (its own tokens', and revived tokens' from the layer they
     resumed at; a sliding window may have dropped older rows meanwhile, so by position, not by
     count) and put the revived tokens' Aux entries back."""
+    state = step.state
     for layer, cache in enumerate(state.layers):
         if cache.rows:
             rows = np.array(cache.row_positions())
             added = rows >= start
-            for positions, depth, _ in revivals.saved:
+            for positions, depth, _ in step.revivals:
                 if layer >= depth:
                     added |= np.isin(rows, np.array(positions))
             if added.any():
                 cache.keep_rows(np.flatnonzero(~added))
         cache.offset = start
-    revivals.undo(state.aux)
+    for positions, depth, slots in reversed(step.revivals):
+        state.aux.move(positions, depth, None, slots)
     state.aux.length, state.aux.depth_counts = start, None
 
 
-def _layers(state, tokens, config, chunk, progress, prune, revivals) -> mx.array:
+@dataclass
+class Carried:
+    """What a prompt step carries from one layer to the next: the tokens still going deeper.
+
+    h (1, n, hidden) and positions: the revived context tokens first (`revived` of them,
+    positions ascending), then the step's own; first: the own tokens' first position while
+    they are one unbroken run (rope then takes one offset), else None.
+    """
+
+    h: mx.array
+    positions: mx.array
+    first: int | None
+    revived: int = 0
+
+
+def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array:
+    state, config, prune, ranker = step.state, step.config, step.prune, step.ranker
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
@@ -157,54 +177,49 @@ def _layers(state, tokens, config, chunk, progress, prune, revivals) -> mx.array
     if start and config.prompt_revive and config.selection == "attention":
         waiting = aux.counts(num_layers).copy()
     aux.extend(tokens, depth=num_layers)
-    ranker = Ranker(config, start)
     sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
-    h = adapter.embed(tokens[None])
-    positions = mx.arange(start, end, dtype=mx.int32)  # revived tokens first, then own ones
-    first: int | None = start  # the own tokens' first position while they are one run
-    revived = 0  # how many of the carried tokens are revived context tokens
+    carried = Carried(adapter.embed(tokens[None]), mx.arange(start, end, dtype=mx.int32), start)
     for layer, block in enumerate(adapter.layers):
         cache = state[layer]
         deepest = layer == num_layers - 1
-        h, observed = _layer(
-            state, layer, block, h, positions, first, revived, chunk, deepest, config.window,
-            forget=layer not in keep,
-        )  # fmt: skip
+        carried.h, observed = _layer(step, layer, carried, forget=layer not in keep)
         cache.offset = end
+        own_h, own_positions = carried.h[:, carried.revived :], carried.positions[carried.revived :]
         if layer == first_prune:  # where exact completion recomputes these tokens from
-            aux.keep_base(positions[revived:], h[0, revived:], layer)
+            aux.keep_base(own_positions, own_h[0], layer)
         if state.record is not None:
-            state.record.append((layer, positions.tolist()))
+            state.record.append((layer, carried.positions.tolist()))
         if progress is not None:
             progress(tokens.size * (layer + 1) // num_layers, tokens.size)
         if deepest or layer not in keep:
             continue
-        own = positions.size - revived
+        own = carried.positions.size - carried.revived
         least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
         k = max(kept_count(keep[layer], own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
-        if k >= own and not revived and not backlog:
+        if k >= own and not carried.revived and not backlog:
             continue
         scale = block.self_attn.scale
-        rows = _Lazy(lambda c=cache, o=observed, s=scale: ranker.rows(o, c, s))
+        rows = cache_once(lambda c=cache, o=observed, s=scale: ranker.rows(o, c, s))
         aux.make_slots(adapter.hidden_size, state.dtype)
-        own_h, own_positions = h[:, revived:], positions[revived:]
         kept, dropped = _rank_own(ranker, layer, rows, own, sinks, k)
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
-        back_h, back = h[:, :revived], positions[:revived]
-        if revived or backlog:  # context tokens: what a prune of the whole context keeps
-            back_h, back = _revive(
-                state, layer, rows(), keep[layer], ranker, h, positions, revived, revivals
-            )
-            revived = back.size
-        h = mx.concatenate([back_h, own_h[:, kept]], axis=1)
-        positions = mx.concatenate([back, own_positions[kept]])
-        first = first if k >= own else None
-        mx.eval(h, positions, aux.hidden, aux.depth)
-    return adapter.logits(h[:, -1:])
+        back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
+        if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
+            back_h, back = _revive(step, layer, rows(), carried)
+        carried = Carried(
+            mx.concatenate([back_h, own_h[:, kept]], axis=1),
+            mx.concatenate([back, own_positions[kept]]),
+            carried.first if k >= own else None,
+            back.size,
+        )
+        mx.eval(carried.h, carried.positions, aux.hidden, aux.depth)
+    return adapter.logits(carried.h[:, -1:])
 
 
-def _rank_own(ranker: Ranker, layer: int, rows, own: int, sinks: int, k: int):
+def _rank_own(
+    ranker: Ranker, layer: int, rows: Callable[[], mx.array], own: int, sinks: int, k: int
+) -> tuple[mx.array, mx.array]:
     """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
     last token always among them. (kept, ascending; dropped)."""
     scores = ranker.own(layer, rows, own)
@@ -216,19 +231,9 @@ def _rank_own(ranker: Ranker, layer: int, rows, own: int, sinks: int, k: int):
     return kept, order[k:]
 
 
-class _Lazy:
-    """A value computed on first use (the row scores, needed only by some selections)."""
-
-    def __init__(self, make: Callable[[], mx.array]) -> None:
-        self.make, self.value = make, None
-
-    def __call__(self) -> mx.array:
-        if self.value is None:
-            self.value = self.make()
-        return self.value
-
-
-def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, revivals):
+def _revive(
+    step: Step, layer: int, scores: mx.array, carried: Carried
+) -> tuple[mx.array, mx.array]:
     """The context tokens that go on past `layer`: carried ones still ranked high, and waiting
     ones (pruned here by an earlier step) ranked high now.
 
@@ -237,7 +242,10 @@ def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, re
     whole context would keep) decide.
     Returns the carried context tokens' hidden states and positions, positions ascending.
     """
+    state, ranker = step.state, step.ranker
     aux, num_layers = state.aux, state.num_layers
+    keep = step.config.pruning_layers(num_layers)[layer]
+    h, positions, revived = carried.h, carried.positions, carried.revived
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
     rows = cache.row_positions()
@@ -261,7 +269,7 @@ def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, re
     if picks:
         best = mx.argsort(-mx.where(eligible, context, -mx.inf))[:picks]
         picked = mx.sort(context_rows[best])
-        parts_h.append(revivals.save(aux, picked, layer + 1)[None])
+        parts_h.append(step.revive(picked, layer + 1)[None])
         parts.append(picked)
         aux.move(picked, num_layers, None)
     if not parts:
@@ -271,18 +279,21 @@ def _revive(state, layer, scores, keep: float, ranker, h, positions, revived, re
     return back_h[:, order], back_positions[order]
 
 
-def _layer(state, layer, block, h, positions, first, revived, chunk, deepest, window, forget):
+def _layer(
+    step: Step, layer: int, carried: Carried, forget: bool
+) -> tuple[mx.array, mx.array | None]:
     """One layer over the carried tokens in chunks (revived ones first); their outputs and the
     last `window` queries of the step's own tokens. forget: a sliding-window layer drops the
     rows its next chunks can't reach (not at a pruning layer, whose ranking reads every row)."""
-    adapter, cache = state.adapter, state[layer]
+    state, chunk, window = step.state, step.chunk, step.config.window
+    adapter, cache, block = state.adapter, state[layer], state.adapter.layers[layer]
+    deepest = layer == state.num_layers - 1
+    h, positions, first, revived = carried.h, carried.positions, carried.first, carried.revived
     sliding = adapter.sliding_windows[layer]
     count, outputs, observed = positions.size, [], None
     for begin in range(0, revived, chunk):  # earlier positions among cached rows: masked
-        x, at = (
-            h[:, begin : min(begin + chunk, revived)],
-            positions[begin : min(begin + chunk, revived)],
-        )
+        end = min(begin + chunk, revived)
+        x, at = h[:, begin:end], positions[begin:end]
         if deepest:  # only the step's last token's output is ever read
             append_kv(adapter, block, cache, x, at, None)
             mx.eval(cache.keys, cache.values, cache.positions)
