@@ -3,7 +3,7 @@
 Reads eval or study records (JSON lines, or an eval's --output json) and draws, for each context
 length, every rule's prefill compute fraction (x: the share of stock's (token, layer) work) and
 the share of the baseline's right answers it kept (y), with the 95% interval. Needs matplotlib
-(`pip install -e ".[plot]"`).
+(`pip install -e ".[plot]"`). The round 3 study records, results/studies/, are at commit 2b0e219.
 
     .venv/bin/python benchmarks/plot_frontier.py benchmarks/results/studies/*.jsonl \\
         --output benchmarks/results/frontier.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every number in benchmarks/README.md and in round 3 of benchmarks/STUDIES.md, in the order they
+# Every number in benchmarks/README.md and in round 3 of benchmarks/studies/STUDIES.md, in the order they
 # were made (run from the repository root after `make setup openblas model`; one job at a time:
 # two cores, and parallel timings lie). Round 2's numbers (benchmarks/results/v2/, in the tree up to b4ad181) come from
 # this script at commit ed16c62.
@@ -12,11 +12,13 @@ lazymlx=.venv/bin/lazymlx
 #    denominator_oracle.py and head_ranks.py and the LazyConfig knobs they compared (budgets,
 #    masses, floors, segments, head reductions, retrieval heads, shaped revival), which no
 #    shipped preset uses and which left the tree after it. To rerun them:
-#    `git worktree add ../round3 4470750` and run this section there, uncommented.
+#    `git worktree add ../round3 4470750` and run this section there, uncommented (there
+#    doubt.py is still benchmarks/doubt.py). Its steps write $results/studies/, which left the
+#    tree after commit 2b0e219 and is read there: `git show 2b0e219:benchmarks/results/studies/FILE`.
 #
 #    What it made: the calibration split's baselines (stock mlx-lm, cached in the committed
 #    lazymlx/evals/baselines/smollm2-135m.json) and the studies that chose the default and `fast`
-#    (calibration cases only; benchmarks/STUDIES.md, round 3). The first study ran before the
+#    (calibration cases only; benchmarks/studies/STUDIES.md, round 3). The first study ran before the
 #    baselines were cached, so without --right-only; it was stopped after 6 cases.
 #    Beside them, round 2's default (prompt-step revival off, as it shipped), saved as v2-default.
 # .venv/bin/python -c "from dataclasses import replace; from lazymlx.engine.presets import save_preset
@@ -127,10 +129,10 @@ lazymlx=.venv/bin/lazymlx
 # diagnose --cases twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10,twohop:512:1 \
 #   --lazy default --output $results/studies/diagnose_twohop_margins.json
 # the preset's own lead where it parts from stock (decides whether a doubt gate is built: no)
-# .venv/bin/python benchmarks/doubt.py --lengths 1k --output $results/studies/doubt_1k.json \
+# .venv/bin/python benchmarks/studies/doubt.py --lengths 1k --output $results/studies/doubt_1k.json \
 #   --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
-# .venv/bin/python benchmarks/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
-# .venv/bin/python benchmarks/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
+# .venv/bin/python benchmarks/studies/doubt.py --families twohop:12 --lengths 2k --output $results/studies/doubt_2k.json
+# .venv/bin/python benchmarks/studies/doubt.py --summary $results/studies/doubt_1k.json $results/studies/doubt_2k.json
 # stale keys for the dropped tokens, an oracle (decides whether it is built: no)
 # cases=twohop:1k:1,twohop:1k:5,twohop:1k:7,twohop:1k:8,twohop:1k:18,twohop:1k:31,twohop:1k:32,twohop:2k:5,twohop:2k:8,twohop:2k:10
 # for i in $(seq 0 23); do cases=$cases,freeform-text:1k:$i; done

@@ -3,7 +3,7 @@
 .venv/bin/python benchmarks/tables.py bench benchmarks/results/bench_2k.json ...
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
-.venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl
+.venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
 .venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl

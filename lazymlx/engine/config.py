@@ -164,8 +164,8 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
     # Chosen on SmolLM2's calibration split, reported on its validation split
-    # (benchmarks/STUDIES.md, round 3); `lazymlx calibrate` makes the choice for another model,
-    # and each registry model ships its own (lazymlx/engine/calibrated/).
+    # (benchmarks/studies/STUDIES.md, round 3); `lazymlx calibrate` makes the choice for
+    # another model, and each registry model ships its own (lazymlx/engine/calibrated/).
     "default": LazyConfig(
         schedule=((0.67, 0.2),),
         keep_first=4,
@@ -176,8 +176,8 @@ PRESETS: dict[str, LazyConfig] = {
         min_prompt=256,
     ),
 }
-# The faster trade (benchmarks/STUDIES.md): a first prune at 24% of depth too, fewer answers kept;
-# decode sparse, as it was chosen and validated.
+# The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, fewer
+# answers kept; decode sparse, as it was chosen and validated.
 PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse")
 
 

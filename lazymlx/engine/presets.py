@@ -68,8 +68,8 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
 
 
 LEGACY_DECODE = {"full": "sparse", "lazy": "revive"}
-# Knobs of the studies, used by no shipped preset and since removed (benchmarks/STUDIES.md names
-# the commits); a saved preset that left them as these values loads as it ran.
+# Knobs of the studies, used by no shipped preset and since removed (benchmarks/studies/STUDIES.md
+# names the commits); a saved preset that left them as these values loads as it ran.
 REMOVED = {
     "budgets": [], "masses": [], "floors": [], "keep_last": 0, "segments": 0, "heads": "mean",
     "retrieval_heads": [], "revive_shaped": False, "seed": 0,

@@ -24,7 +24,7 @@ from lazymlx.evals.runner import NO_IDLE, Record
 from lazymlx.evals.summary import ALL, summarize
 
 # Candidates built from a model's default (so they keep its scoring, decode and length rules):
-# the schedules round 3 of benchmarks/STUDIES.md compared on SmolLM2, a generous first prune
+# the schedules round 3 of benchmarks/studies/STUDIES.md compared on SmolLM2, a generous first prune
 # where early layers rank answers roughly and a hard one where they rank them best, and late
 # selection (every token to mid-depth or two thirds of depth, then one hard prune), at depths
 # given as fractions so they map onto any model's layers.

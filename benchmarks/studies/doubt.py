@@ -8,10 +8,11 @@ cost of firing only where it matters. This measures that, with no engine change:
 calibration case, the preset's greedy answer with each step's lead (likeliest over runner-up, in
 log-probability), stock's answer from the baseline cache, the step where they part, and the rank
 of stock's token among the preset's there. Calibration cases only: this chooses a knob.
+The published runs' files (results/studies/) are at commit 2b0e219.
 
-    .venv/bin/python benchmarks/doubt.py --lengths 1k --output benchmarks/results/studies/doubt_1k.json \\
+    .venv/bin/python benchmarks/studies/doubt.py --lengths 1k --output benchmarks/results/studies/doubt_1k.json \\
         --families twohop:36,freeform-text:24,lookalike:12,json:12,table:12,passkey,needle-docs,needle-man,needle-pkgdoc,vartrack,code
-    .venv/bin/python benchmarks/doubt.py --summary benchmarks/results/studies/doubt_1k.json \\
+    .venv/bin/python benchmarks/studies/doubt.py --summary benchmarks/results/studies/doubt_1k.json \\
         benchmarks/results/studies/doubt_2k.json
 """
 

@@ -5,7 +5,7 @@ then mlx-lm's generate_step); only the decode steps after the first token are ti
 revival in every step so its cost per step shows. Rounds alternate the configurations so drift
 on a shared machine hits them alike.
 
-    .venv/bin/python benchmarks/decode_policies.py --prompt-len 1024 --steps 40 --rounds 2 \
+    .venv/bin/python benchmarks/studies/decode_policies.py --prompt-len 1024 --steps 40 --rounds 2 \
         --output benchmarks/results/decode_policies_1024.json
 """
 
