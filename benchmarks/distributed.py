@@ -34,7 +34,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from lazymlx import LazyState, distributed
+from lazymlx import LazyState, collectives, distributed
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.evals.bench import bench_prompt, header
@@ -117,7 +117,7 @@ def worker(args: argparse.Namespace) -> None:
     joined = distributed.join()
     traffic = Traffic()
     model, tokenizer = lazymlx.load(args.model, group=joined)
-    rank, out = distributed.rank(), Path(args.out)
+    rank, out = collectives.rank(), Path(args.out)
     weights = dict(tree_flatten(model.parameters()))
     replicated = sum(v.nbytes for name, v in weights.items() if replicated_weight(name))
     shorts = runpy.run_path(str(HERE / "short_prompts.py"))["prompts"](tokenizer)
@@ -125,7 +125,7 @@ def worker(args: argparse.Namespace) -> None:
     prompt = bench_prompt(tokenizer, "passkey", args.length)
     result = {
         "rank": rank,
-        "group": distributed.size(),
+        "group": collectives.size(),
         "weight_bytes": sum(v.nbytes for v in weights.values()),
         "replicated_bytes": replicated,
         "prompt_tokens": len(prompt.tokens),

@@ -125,12 +125,12 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
 
 def _calibration_note(preset: str, model: str) -> str | None:
     """What to say, once the model is loaded, when its presets were not calibrated on it."""
-    from lazymlx import distributed
+    from lazymlx import collectives
     from lazymlx.engine.presets import calibrated
 
     if (
         preset in ("default", "fast", *DERIVED)
-        and distributed.rank() == 0
+        and collectives.rank() == 0
         and not calibrated(model)
     ):
         return (
@@ -176,22 +176,22 @@ def _check_continues(saved: list[int], prompt: list[int], path: str) -> None:
 
 def load_model(model: str):
     """The model, split over the group when mlx.launch started this process (every rank loads)."""
-    from lazymlx import distributed
+    from lazymlx import collectives
     from lazymlx.models.loading import load
 
     preflight(model)
 
     with conversion_progress() as progress:
-        return load(model, progress=progress, group=distributed.group())
+        return load(model, progress=progress, group=collectives.group())
 
 
 def _in_group() -> bool:
     """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
     if RANK_ENV not in os.environ:
         return False
-    from lazymlx import distributed
+    from lazymlx import collectives
 
-    return distributed.group() is not None
+    return collectives.group() is not None
 
 
 def _prompt_from_stdin() -> str:
@@ -261,8 +261,8 @@ def chat(
     model = _one_model(name, model)
     preflight(model)
     from lazymlx.cli.chat import ChatFiles, LineReader, answer, repl
+    from lazymlx.collectives import on_leader
     from lazymlx.contexts import check_save_path
-    from lazymlx.distributed import on_leader
     from lazymlx.platform import device_name
     from lazymlx.session import ChatSession
 
@@ -349,6 +349,7 @@ def generate(
         raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
     from lazymlx.cli.chat import stats_line
+    from lazymlx.collectives import on_leader
     from lazymlx.contexts import (
         Context,
         check_save_path,
@@ -357,7 +358,6 @@ def generate(
         new_cache,
         save_context,
     )
-    from lazymlx.distributed import on_leader
     from lazymlx.generation import check_text, encode_prompt, stream_generate
 
     if prompt == "-":
@@ -517,7 +517,7 @@ def serve(
     ] = 2.0,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
-    from lazymlx.distributed import on_leader
+    from lazymlx.collectives import on_leader
     from lazymlx.llm import LLM
     from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
@@ -561,11 +561,11 @@ def models_pull(
 def _join_group(argv: list[str]) -> None:
     """Under mlx.launch every rank runs the command and rank 0 alone writes: join the group
     first, so a rank that never connects fails before any work."""
-    from lazymlx import distributed
+    from lazymlx import collectives, distributed
 
     follow_rank_zero(int(os.environ[RANK_ENV]))
     distributed.join()
-    if distributed.group() is not None and argv[0] not in (
+    if collectives.group() is not None and argv[0] not in (
         *GROUP_COMMANDS,
         "-h",
         "--help",

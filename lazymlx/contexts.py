@@ -22,7 +22,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import common_prefix_len
 
-from lazymlx import distributed
+from lazymlx import collectives
 from lazymlx.engine.cache import LazyState, save_prompt_cache_atomic
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
@@ -116,18 +116,18 @@ def save_context(
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
     if context.lazy:
-        distributed.on_leader(check_save_path, path)
+        collectives.on_leader(check_save_path, path)
         context.cache.save(path, metadata, complete=complete)
         return
-    entries, metadata = distributed.whole_heads(list(context.cache), metadata)
-    distributed.on_leader(
+    entries, metadata = collectives.whole_heads(list(context.cache), metadata)
+    collectives.on_leader(
         lambda: save_prompt_cache_atomic(check_save_path(path), entries, metadata)
     )
 
 
 def context_file_exists(path: str | Path) -> bool:
     """Whether a context file is there to continue from (rank 0's files, in a group)."""
-    return distributed.on_leader(os.path.exists, path, shared=True)
+    return collectives.on_leader(os.path.exists, path, shared=True)
 
 
 def check_save_path(path: str | Path) -> Path:
@@ -145,7 +145,7 @@ def load_context(
 ) -> tuple[Context, dict[str, Any]]:
     """A context file's context and its extra metadata; refuses a file of another model or kind."""
     path = _checked_name(path)
-    entries, metadata = distributed.read_context(lambda: _read(path), path)
+    entries, metadata = collectives.read_context(lambda: _read(path), path)
     lacking = [key for key in ("model", "preset", "tokens") if key not in metadata]
     if lacking:
         raise LazymlxError(
@@ -176,7 +176,7 @@ def load_context(
             key: json.loads(value)
             for key, value in metadata.items()
             if key
-            not in ("model", "lazymlx", "preset", "tokens", "complete", distributed.GROUP_SIZE)
+            not in ("model", "lazymlx", "preset", "tokens", "complete", collectives.GROUP_SIZE)
         }
     except json.JSONDecodeError:
         raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None

@@ -6,10 +6,9 @@ Every rank loads the model and keeps its share of each block's query/KV heads an
 hidden states, logits and everything decided from them come out the same on every rank. Rank 0
 does all I/O (prints, files, HTTP) and the others follow it: every rank runs the same command on
 the same inputs, so all enter each collective in the same order, and what only rank 0 knows (a
-file's contents, an HTTP request, a client gone) is handed to the others here.
-
-Every rank must evaluate every collective, in the same order: each helper here evaluates its
-own at once rather than leaving them in a lazy graph that only some ranks would ever read.
+file's contents, an HTTP request, a client gone) is handed to the others by
+lazymlx/collectives.py. This module joins the group, shards the model, and ends a rank that
+cannot go on so that none is left waiting.
 
 A process that is not under mlx.launch (or is alone in its group) never joins one: everything
 here then does what one process does.
@@ -17,7 +16,6 @@ here then does what one process does.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -29,36 +27,19 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx_lm.models.cache as mlx_lm_cache
-import numpy as np
 
+from lazymlx import collectives
 from lazymlx.errors import LazymlxError, RankError
 
 T = TypeVar("T")
 RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
 CONNECT_TIMEOUT_ENV = "LAZYMLX_CONNECT_TIMEOUT"
 CONNECT_TIMEOUT_S = 60.0
-GROUP_SIZE = "group_size"  # context files: how many ranks saved them
 BACKEND_PREFIXES = ("[ring]", "[jaccl]", "[mpi]", "[nccl]")  # MLX's backends' own messages
-
-_group: mx.distributed.Group | None = None
-
-
-def group() -> mx.distributed.Group | None:
-    """The group this process's model is sharded over; None in one process."""
-    return _group
-
-
-def rank() -> int:
-    return 0 if _group is None else _group.rank()
-
-
-def size() -> int:
-    return 1 if _group is None else _group.size()
 
 
 def join() -> mx.distributed.Group | None:
@@ -68,9 +49,8 @@ def join() -> mx.distributed.Group | None:
     so no thread of this process could give up: a watchdog process does, after
     LAZYMLX_CONNECT_TIMEOUT seconds (60 by default), with one error line.
     """
-    global _group
-    if _group is not None or RANK_ENV not in os.environ:
-        return _group  # joined already, or not started by mlx.launch
+    if collectives.group() is not None or RANK_ENV not in os.environ:
+        return collectives.group()  # joined already, or not started by mlx.launch
     hostfile = os.environ.get("MLX_HOSTFILE")
     if hostfile and not Path(hostfile).read_text().strip():
         return None  # `mlx.launch -n 1`: a group of one is one process
@@ -98,10 +78,10 @@ def join() -> mx.distributed.Group | None:
                 "--hostfile and --backend"
             ) from None
     if joined.size() > 1:
-        _group = joined
+        collectives.set_group(joined)
         _drop_backend_lines()
         signal.signal(signal.SIGTERM, _stopped)
-    return _group
+    return collectives.group()
 
 
 def free_ports(count: int) -> int:
@@ -121,7 +101,7 @@ def free_ports(count: int) -> int:
 
 def _stopped(signum: int, frame: object) -> None:
     """mlx.launch ends every rank (SIGTERM) once one fails: say so in this rank's one line."""
-    where = f"rank {rank()} on {socket.gethostname()}"
+    where = f"rank {collectives.rank()} on {socket.gethostname()}"
     fail(RankError(f"{where} was stopped: mlx.launch ends every rank when one fails (see above)"))
 
 
@@ -208,7 +188,7 @@ def everywhere(work: Callable[[], T], what: str, joined: mx.distributed.Group | 
     ranks met (a file missing on one machine) is each of theirs (RankError), and rank 0 says who
     failed. Otherwise a rank failing alone would leave the others waiting in the next collective.
     """
-    joined = joined or _group
+    joined = joined or collectives.group()
     if joined is None:
         return work()
     try:
@@ -233,170 +213,18 @@ def everywhere(work: Callable[[], T], what: str, joined: mx.distributed.Group | 
 def shard(model: nn.Module, joined: mx.distributed.Group) -> None:
     """Split the model's blocks over the group with mlx-lm's own `shard`, and make every rank
     draw the same random numbers (sampling), rank 0's seed."""
-    global _group
     check_shardable(model, joined.size())
     model.shard(joined)
     mx.eval(model.parameters())
-    _group = joined
+    collectives.set_group(joined)
     seed = random.getrandbits(31) if joined.rank() == 0 else 0
     mx.random.seed(mx.distributed.all_sum(mx.array(seed), group=joined).item())
-
-
-def _stream() -> mx.Stream:
-    """Where control messages go: mlx-lm's generation stream, after the model's own collectives,
-    so a message never overtakes a decode step still in flight on the wire."""
-    from mlx_lm.generate import generation_stream
-
-    return generation_stream
-
-
-def share(message: Any = None) -> Any:
-    """Rank 0's JSON-able `message`, on every rank (the others pass nothing)."""
-    if _group is None:
-        return message
-    leader = _group.rank() == 0
-    data = json.dumps(message).encode() if leader else b""
-    count = mx.distributed.all_sum(mx.array(len(data)), group=_group, stream=_stream()).item()
-    buffer = mx.array(np.frombuffer(data, np.uint8)) if leader else mx.zeros((count,), mx.uint8)
-    received = mx.distributed.all_sum(buffer, group=_group, stream=_stream())
-    return json.loads(np.array(received).tobytes())
-
-
-def anyone(flag: bool) -> bool:
-    """Whether `flag` is set on any rank: how ranks stop together (rank 0's client went away)."""
-    if _group is None:
-        return flag
-    total = mx.distributed.all_sum(mx.array(int(flag)), group=_group, stream=_stream())
-    return total.item() > 0
-
-
-def smallest(value: float) -> float:
-    """The smallest of every rank's `value`, so all decide alike (the memory one machine has)."""
-    if _group is None:
-        return value
-    return mx.distributed.all_min(mx.array(float(value)), group=_group, stream=_stream()).item()
-
-
-def on_leader(function: Callable[..., T], *args: Any, shared: bool = False) -> T | None:
-    """`function(*args)` on rank 0 only (files, sockets), its LazymlxError raised on every rank.
-
-    Returns its result on rank 0 and None on the others, or, with `shared`, its (JSON-able)
-    result on every rank.
-    """
-    if _group is None:
-        return function(*args)
-    leader = _group.rank() == 0
-    result, error = None, None
-    if leader:
-        try:
-            result = function(*args)
-        except LazymlxError as caught:
-            error = caught
-    outcome = share({"error": error and str(error), "result": result if shared else None})
-    if outcome["error"] is not None:
-        raise error or LazymlxError(outcome["error"])
-    return result if leader else outcome["result"]
-
-
-def whole_heads(
-    entries: list[Any], metadata: dict[str, str] | None
-) -> tuple[list[Any], dict[str, str] | None]:
-    """A group's context as one file holds it: each KV cache with every rank's heads (rank order
-    is head order, so the layout one process has), and the group's size in the metadata.
-
-    Every rank must call it (it gathers); rank 0 writes what it returns.
-    """
-    if _group is None:
-        return entries, metadata
-    joined = []
-    for entry in entries:
-        state = [_gathered(item) for item in entry.state]
-        joined.append(type(entry).from_state(state))
-    return joined, {**(metadata or {}), GROUP_SIZE: str(_group.size())}
-
-
-def _gathered(item: Any) -> Any:
-    if not isinstance(item, mx.array) or item.ndim != 4:  # (batch, heads, rows, dim) is sharded
-        return item
-    parts = mx.distributed.all_gather(item, group=_group, stream=_stream())
-    mx.eval(parts)  # now, on every rank: only rank 0 ever reads the result
-    return parts.reshape(1, -1, *item.shape[2:])
-
-
-def read_context(
-    read: Callable[[], tuple[list[Any], dict[str, str]]], path: Path
-) -> tuple[list[Any], dict[str, str]]:
-    """A context file's caches and metadata, read by rank 0 (`read`) and handed to every rank, each
-    KV cache with this rank's heads; a file saved by a group of another size is refused."""
-    if _group is None:
-        entries, metadata = read()
-        _check_group_size(metadata, path)
-        return entries, metadata
-    loaded = on_leader(read)
-    layout = None
-    if loaded is not None:  # rank 0
-        entries, metadata = loaded
-        layout = {
-            "metadata": metadata,
-            "classes": [type(entry).__name__ for entry in entries],
-            "states": [[_describe(item) for item in entry.state] for entry in entries],
-        }
-    layout = share(layout)
-    _check_group_size(layout["metadata"], path)
-    mine = []
-    for index, (name, described) in enumerate(
-        zip(layout["classes"], layout["states"], strict=True)
-    ):
-        state = []
-        for position, item in enumerate(described):
-            if "shape" not in item:
-                state.append(item["value"])
-                continue
-            own = loaded[0][index].state[position] if loaded is not None else None
-            state.append(_heads_of_mine(_broadcast(own, item)))
-        mine.append(getattr(mlx_lm_cache, name).from_state(state))
-    return mine, layout["metadata"]
-
-
-def _describe(item: Any) -> dict[str, Any]:
-    if isinstance(item, mx.array):
-        return {"shape": item.shape, "dtype": str(item.dtype).rsplit(".", 1)[-1]}
-    return {"value": item}
-
-
-def _broadcast(array: mx.array | None, described: dict[str, Any]) -> mx.array:
-    shape, dtype = tuple(described["shape"]), getattr(mx, described["dtype"])
-    if math.prod(shape) == 0:
-        return mx.zeros(shape, dtype)
-    mine = array if array is not None else mx.zeros(shape, dtype)
-    received = mx.distributed.all_sum(mine, group=_group, stream=_stream())
-    mx.eval(received)  # now, on every rank, in the same order
-    return received
-
-
-def _heads_of_mine(array: mx.array) -> mx.array:
-    if array.ndim != 4:
-        return array
-    count = array.shape[1] // _group.size()
-    return array[:, _group.rank() * count : (_group.rank() + 1) * count]
-
-
-def _check_group_size(metadata: dict[str, str], path: Path) -> None:
-    saved = metadata.get(GROUP_SIZE, "1")
-    if saved == str(size()):
-        return
-    if saved == "1":
-        raise LazymlxError(f"{path} holds the context of one process; load it without mlx.launch")
-    raise LazymlxError(
-        f"{path} holds the context of a group of {saved} ranks; load it in a group of {saved} "
-        f"(mlx.launch with {saved} ranks)"
-    )
 
 
 def fail(error: BaseException) -> None:
     """End this rank now, with one error line: its group can't go on (a rank gone, a step that
     failed here alone), and every other rank sees its connection to this one drop."""
-    where = f"rank {rank()} on {socket.gethostname()}"
+    where = f"rank {collectives.rank()} on {socket.gethostname()}"
     if isinstance(error, RankError):
         line = str(error)
     elif str(error).startswith(BACKEND_PREFIXES):  # what a backend raises when a peer is gone

@@ -39,7 +39,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx import distributed
+from lazymlx import collectives, distributed
 from lazymlx.contexts import ContextPool
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
@@ -194,9 +194,9 @@ class LLM:
         self.lazy = resolve_lazy(lazy, self.name)
         self.contexts = ContextPool(context_bytes)
         # rank 0 of a group the loader sharded the model over: it hands every request on
-        self.leads = distributed.group() is not None and distributed.rank() == 0
+        self.leads = collectives.group() is not None and collectives.rank() == 0
         self.closed = False
-        if idle and (distributed.group() is None or self.leads):
+        if idle and (collectives.group() is None or self.leads):
             GENERATION_THREAD.when_idle(self._complete_unit)
         if self.leads:
             threading.Thread(target=self._heartbeat, name="lazymlx-heartbeat", daemon=True).start()
@@ -311,13 +311,13 @@ class LLM:
         for context in self.contexts.contexts:
             if context.lazy and not context.cache.complete:
                 if self.leads and lead:
-                    distributed.share(COMPLETE_UNIT)
+                    collectives.share(COMPLETE_UNIT)
                 try:
                     with GENERATION_LOCK:  # no other thread's generation meanwhile
                         step(context.cache, context.cache.config)
                 except Exception as error:  # a context a unit failed on is not trusted again
                     self.contexts.contexts.remove(context)
-                    if distributed.group() is not None:  # every rank ends alike
+                    if collectives.group() is not None:  # every rank ends alike
                         distributed.fail(error)
                     raise
                 return True
@@ -325,7 +325,7 @@ class LLM:
 
     def _follow(self) -> None:
         try:
-            while (message := distributed.share()) != STOP:
+            while (message := collectives.share()) != STOP:
                 if message is None:  # rank 0's heartbeat
                     continue
                 if message == COMPLETE_UNIT:
@@ -339,7 +339,7 @@ class LLM:
 
     def _stop(self) -> None:
         self.closed = True
-        distributed.share(STOP)
+        collectives.share(STOP)
 
     def _heartbeat(self) -> None:
         while not self.closed:
@@ -351,7 +351,7 @@ class LLM:
     def _beat(self, beat: threading.Event) -> None:
         try:
             if not self.closed:
-                distributed.share(None)
+                collectives.share(None)
         except BaseException as error:
             distributed.fail(error)
         finally:
@@ -376,7 +376,7 @@ class LLM:
         if stream.cancelled:
             return
         if self.leads:
-            distributed.share(_message(request))
+            collectives.share(_message(request))
         options = dict(request.options)
         if "seed" in options:
             mx.random.seed(options.pop("seed"))
@@ -384,7 +384,7 @@ class LLM:
         stream.cached_tokens = context.reuse(request.tokens, self.model)
 
         def progress(done: int, total: int) -> None:
-            if distributed.anyone(stream.cancelled):  # every rank stops at the same layer
+            if collectives.anyone(stream.cancelled):  # every rank stops at the same layer
                 raise Cancelled
             if request.on_progress is not None:
                 request.on_progress(done, total)
@@ -403,7 +403,7 @@ class LLM:
                 generated.append(response.token)
                 if request.logprobs is not None:
                     response = _with_logprobs(response, request.logprobs)
-                stop = distributed.anyone(stream.cancelled)  # and at the same token
+                stop = collectives.anyone(stream.cancelled)  # and at the same token
                 if stop and response.finish_reason is None:
                     response.finish_reason = "cancelled"
                 stream._emit(response)

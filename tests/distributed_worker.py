@@ -23,7 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import LazyConfig, LazyState, distributed
+from lazymlx import LazyConfig, LazyState, collectives, distributed
 
 PRUNING = LazyConfig(
     schedule=((0.25, 0.5), (0.5, 0.5)),
@@ -84,7 +84,7 @@ def main() -> None:
     prompt = np.random.default_rng(0).integers(3, 250, size=length).tolist()
     variants = sys.argv[4].split(",") if len(sys.argv) > 4 else list(VARIANTS)
     result = {name: run(model, tokenizer, prompt, name, out) for name in variants}
-    (out / f"rank{distributed.rank()}.json").write_text(json.dumps(result))
+    (out / f"rank{collectives.rank()}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

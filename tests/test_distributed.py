@@ -28,7 +28,7 @@ import pytest
 from conftest import random_model, random_tokens
 from mlx_lm.models.cache import save_prompt_cache
 
-from lazymlx import LazyConfig, LazyState, distributed
+from lazymlx import LazyConfig, LazyState, collectives, distributed
 from lazymlx.cli.app import main
 from lazymlx.contexts import Context, load_context, save_context
 from lazymlx.engine.blocks import attention_scores
@@ -94,7 +94,7 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch):
     keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
     whole = attention_scores(queries, keys, 0.25)
     sent = []
-    monkeypatch.setattr(distributed, "_group", SimpleNamespace(size=lambda: 2))
+    monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2))
     monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
     for rank in range(2):  # rank r holds query heads 4r..4r+3 and KV heads 2r..2r+1
         attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25)  # fmt: skip
@@ -165,7 +165,7 @@ def test_under_mlx_launch_what_needs_one_process_is_one_error_line(
 ):
     monkeypatch.setenv("MLX_RANK", "0")
     monkeypatch.setattr(distributed, "join", lambda: None)
-    monkeypatch.setattr(distributed, "_group", SimpleNamespace(size=lambda: 2, rank=lambda: 0))
+    monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2, rank=lambda: 0))
     with pytest.raises(SystemExit) as exited:
         main(argv)
     err = capsys.readouterr().err

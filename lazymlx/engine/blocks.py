@@ -10,7 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx import distributed
+from lazymlx import collectives
 from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.models.adapters import LlamaAdapter
 
@@ -91,7 +91,7 @@ def attention_scores(
     returns weights, in fp32 even for half models, since bf16 logits would reorder near-equal
     scores.
 
-    Under tensor parallelism (lazymlx/distributed.py) a rank holds only its share of the heads,
+    Under tensor parallelism (lazymlx/collectives.py) a rank holds only its share of the heads,
     and ranking its own would keep other tokens than the other ranks and split their caches: the
     mean runs over the whole group's heads, and an all_sum result is the same on every rank, so
     every rank ranks bit-identical scores and keeps the same tokens.
@@ -104,7 +104,7 @@ def attention_scores(
     if mask is not None:
         logits = mx.where(mask, logits, -mx.inf)
     probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)
-    group = distributed.group()
+    group = collectives.group()
     if group is None:
         return probs.mean(axis=(0, 1))
     return mx.distributed.all_sum(probs.sum(axis=(0, 1)), group=group) / (num_heads * group.size())

@@ -29,7 +29,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
-from lazymlx import distributed
+from lazymlx import collectives
 from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
@@ -460,7 +460,7 @@ class LazyState(list):
         ) * self.dtype.size
         scores = a.num_heads * min(tokens, 2048) * tokens * 4
         needed = weights + tokens * per_token + scores
-        available = distributed.smallest(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        available = collectives.smallest(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         if needed > 0.8 * available:
             raise LazymlxError(
                 f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for weights, keys, "
@@ -500,8 +500,8 @@ class LazyState(list):
             finish(self, self.config)
         metadata = self.metadata() | (metadata or {})
         metadata["complete"] = "true" if self.complete else "false"
-        entries, metadata = distributed.whole_heads(list(self), metadata)
-        distributed.on_leader(save_prompt_cache_atomic, path, entries, metadata)
+        entries, metadata = collectives.whole_heads(list(self), metadata)
+        collectives.on_leader(save_prompt_cache_atomic, path, entries, metadata)
 
     @classmethod
     def load(
@@ -509,7 +509,7 @@ class LazyState(list):
     ) -> LazyState | tuple[LazyState, dict[str, str]]:
         """A context `save` wrote, for `model`; with return_metadata, (context, metadata), as
         mlx-lm's load_prompt_cache. A group loads what a group of its size saved."""
-        entries, metadata = distributed.read_context(
+        entries, metadata = collectives.read_context(
             lambda: mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True), Path(path)
         )
         state = cls(model, entries)
