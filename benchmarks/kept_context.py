@@ -141,9 +141,9 @@ def main() -> None:
                     f"({row['question_speedup']:.2f}x stock), answer {row['answer']!r}",
                     flush=True,
                 )
-                Path(args.output).write_text(
-                    json.dumps(header(args.model) | {"rows": rows}, indent=1) + "\n"
-                )
+                presets = {name: config.describe() for name, config in runs if config}
+                report = header(args.model, presets=presets) | {"rows": rows}
+                Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
