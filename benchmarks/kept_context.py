@@ -30,7 +30,6 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from lazymlx.cli.app import load_model
 from lazymlx.engine import complete
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import header
@@ -112,7 +111,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=2, help="kept cases per length")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = lazymlx.load(args.model)
     runs = modes(args.lazy.split(","), args.model)
     rows = []
     for length in parse_lengths(args.lengths):

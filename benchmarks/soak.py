@@ -9,6 +9,8 @@ peak and active memory of that stretch, the context size and the turns dropped s
 
 from __future__ import annotations
 
+import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
+
 # isort: split
 import argparse
 import json
@@ -16,7 +18,6 @@ import time
 
 import mlx.core as mx
 
-from lazymlx.cli.app import load_model
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import header
 from lazymlx.session import ChatSession
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=2048)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = lazymlx.load(args.model)
     config = None if args.lazy == "off" else resolve_preset(args.lazy, args.model)
     session = ChatSession(
         model, tokenizer, lazy=config, max_context=args.max_context, max_tokens=args.max_tokens

@@ -18,7 +18,7 @@ The published runs' files (results/studies/) are at commit 2b0e219.
 
 from __future__ import annotations
 
-import lazymlx  # noqa: F401  (binds OpenBLAS before mlx is used)
+import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
 
 # isort: split
 import argparse
@@ -26,7 +26,6 @@ import json
 
 import mlx.core as mx
 
-from lazymlx.cli.app import load_model
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.bench import header
@@ -123,7 +122,7 @@ def main() -> None:
     if not args.output:
         parser.error("--output is required unless --summary is given")
     config = resolve_preset(args.lazy, args.model)
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = lazymlx.load(args.model)
     baselines = BaselineCache(model)
     results = []
     cases, lengths = [], parse_lengths(args.lengths)
