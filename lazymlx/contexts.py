@@ -7,7 +7,7 @@ conversation, or per document a user keeps asking about), least recently used fi
 by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
 made them and which tokens they hold, so a context saved today continues tomorrow, and a file from
 another model is refused instead of silently producing nonsense. In a group of ranks
-(lazymlx/distributed.py) rank 0 reads and writes the files, holding every rank's heads.
+(lazymlx/collectives.py) rank 0 reads and writes the files, holding every rank's heads.
 """
 
 from __future__ import annotations
