@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from dataclasses import replace
 
 import mlx.core as mx
-from llama_shapes import build, preset
+from llama_shapes import build, medians, preset
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
@@ -111,13 +110,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 for mode, config in runs:
                     timed[mode].append(run(model, document, question, mode, config, args.gen_len))
-            for mode, _ in runs:
-                row = {"shape": shape, "prompt_tokens": length, "mode": mode}
-                for key in timed[mode][0]:
-                    if key != "mode":
-                        row[key] = statistics.median(r[key] for r in timed[mode])
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            rows += medians(shape, length, timed)
             with open(args.output, "w") as file:
                 json.dump(report | {"rows": rows}, file, indent=1)
         del model

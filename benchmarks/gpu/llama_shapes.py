@@ -90,6 +90,19 @@ def run(model, prompt: mx.array, mode: str, gen_len: int) -> dict:
     }
 
 
+def medians(shape: str, length: int, runs: dict[str, list[dict]]) -> list[dict]:
+    """One row per mode: each measurement's median over the mode's rounds, printed as it comes."""
+    rows = []
+    for mode, measured in runs.items():
+        row = {"shape": shape, "prompt_tokens": length, "mode": mode}
+        for key in measured[0]:
+            if key != "mode":
+                row[key] = statistics.median(r[key] for r in measured)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
@@ -117,12 +130,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 for mode in modes:
                     runs[mode].append(run(model, prompt, mode, args.gen_len))
-            for mode in modes:
-                row = {"shape": shape, "prompt_tokens": length, "mode": mode}
-                for key in ("ttft_s", "decode_tps", "answer_s", "peak_gb", "compute_fraction"):
-                    row[key] = statistics.median(r[key] for r in runs[mode])
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            rows += medians(shape, length, runs)
             with open(args.output, "w") as file:
                 json.dump(report | {"rows": rows}, file, indent=1)
         del model
