@@ -369,6 +369,7 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("mode", "candidate", str),
     ("compute_fraction", "work vs stock", percent),
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
+    ("cases", "cases", str),
     ("kept_share", "kept", _share),
     ("worst_length_share", "worst length", _share),
     ("worst_length_bar", "its bar", _share),
@@ -414,6 +415,14 @@ def calibrate(
             "--cases", "-c", min=1, help="Cases per family and length (default: suite's)."
         ),
     ] = None,
+    candidates: Annotated[
+        str | None,
+        typer.Option(
+            "--candidates",
+            help="Run only these candidates (comma-separated), e.g. to add cases for the ones "
+            "still in contention; one that misses a case is shown but not chosen.",
+        ),
+    ] = None,
     baselines: Annotated[
         str | None,
         typer.Option(
@@ -450,7 +459,7 @@ def calibrate(
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor)."""
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import Bar, candidate_strategies, choose
+    from lazymlx.evals.calibrate import CANDIDATES, Bar, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.models.registry import REGISTRY
 
@@ -459,7 +468,8 @@ def calibrate(
     if records is not None:
         head, recorded = read_records(records)
     else:
-        strategies = candidate_strategies(resolve_preset("default", model))
+        only = None if candidates is None else [c.strip() for c in candidates.split(",")]
+        strategies = candidate_strategies(resolve_preset("default", model), only)
         recorded, head = _run_suite(
             model, families, "calibration", lengths, cases, strategies, baselines, journal,
             resume, reference=reference,
@@ -477,7 +487,8 @@ def calibrate(
     model = head.get("model", model)
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
-    configs = {s.mode: s.config for s in candidate_strategies(resolve_preset("default", model))}
+    default = resolve_preset("default", model)
+    configs = {name: make(default) for name, make in CANDIDATES.items()}
     names = ("default", "fast") if ship else (name, f"{name}-fast")
     for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
         if chosen is not None:

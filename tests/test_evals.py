@@ -15,7 +15,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
 from lazymlx.evals.baselines import BaselineCache, fingerprint
-from lazymlx.evals.calibrate import Bar, choose
+from lazymlx.evals.calibrate import SCHEDULES, Bar, candidate_strategies, choose
 from lazymlx.evals.families import (
     FAMILIES,
     KINDS,
@@ -293,6 +293,38 @@ def test_calibration_chooses_the_cheapest_candidate_meeting_each_bar():
     frontier = {row["mode"]: row for row in result.frontier}
     assert frontier["mid"]["worst_family"] == "kept" and not frontier["mid"]["meets_default"]
     assert choose(records, Bar(0.9, 0.8, 0.99)).chosen == "mid"
+
+
+def test_a_candidate_missing_cases_is_shown_but_not_chosen():
+    """Cases added later for the candidates still in contention (--candidates) must not make
+    the others look better than they are: a candidate that skipped a case cannot be chosen."""
+
+    def run(mode, fraction, seeds, lost=()):
+        return [
+            replace(_record("lookalike", 4096, mode, seed not in lost, True), seed=seed,
+                    compute_fraction=fraction)
+            for seed in seeds
+        ]  # fmt: skip
+
+    records = run("baseline", 1.0, range(8)) + run("slow", 0.8, range(8), lost=())
+    records += run("quick", 0.5, range(8), lost=(6,)) + run("skipped", 0.4, range(4))
+    result = choose(records, Bar(0.97, 0.9, 0.8))
+    frontier = {row["mode"]: row for row in result.frontier}
+    assert frontier["skipped"]["cases"] == 4 and frontier["skipped"]["kept_share"] == 1.0
+    assert not frontier["skipped"]["meets_default"] and not frontier["skipped"]["meets_fast"]
+    assert result.chosen == "slow" and result.fast == "quick"
+
+
+def test_candidates_run_once_each_and_only_those_named():
+    built_in = LazyConfig()
+    names = [s.mode for s in candidate_strategies(built_in)]
+    assert names == ["default", *SCHEDULES]
+    calibrated = replace(built_in, schedule=SCHEDULES["0.4@24% 0.4@57%"])
+    assert [s.mode for s in candidate_strategies(calibrated)] == list(SCHEDULES)  # no twin
+    chosen = candidate_strategies(calibrated, ["0.2@67%", "0.2@50%"])
+    assert [s.mode for s in chosen] == ["0.2@67%", "0.2@50%"]
+    with pytest.raises(LazymlxError, match="no calibration candidate '0.9@10%'; candidates"):
+        candidate_strategies(built_in, ["0.9@10%"])
 
 
 def test_a_completing_preset_runs_multi_turn_cases_after_completion_and_without(tiny):

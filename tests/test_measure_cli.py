@@ -223,6 +223,21 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     presets_file().unlink()
 
 
+def test_calibrate_runs_only_the_candidates_named(tiny_model_dir: Path, tmp_path: Path, capsys):
+    model = str(tiny_model_dir)
+    args = [
+        "calibrate", "-m", model, "--families", "passkey", "--lengths", "1000", "--cases", "1",
+        "--per-length", "0", "--per-family", "0", "--fast", "0", "--no-reference",
+        "--baselines", str(tmp_path / "b.json"), "--no-save", "-o", "json",
+    ]  # fmt: skip
+    data = json.loads(invoke(*args, "--candidates", "0.2@67%, 0.2@50%"))
+    assert [r["mode"] for r in data["rows"]] == ["baseline", "0.2@67%", "0.2@50%"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--candidates", "0.2@67%,half"])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.startswith("error: no calibration candidate 'half'")
+
+
 def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(tmp_path: Path, capsys):
     presets_file().unlink(missing_ok=True)
     records = tmp_path / "records.jsonl"
