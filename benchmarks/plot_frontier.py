@@ -3,10 +3,14 @@
 Reads eval or study records (JSON lines, or an eval's --output json) and draws, for each context
 length, every rule's prefill compute fraction (x: the share of stock's (token, layer) work) and
 the share of the baseline's right answers it kept (y), with the 95% interval. Needs matplotlib
-(`pip install -e ".[plot]"`). The round 3 study records, results/studies/, are at commit 2b0e219.
+(`pip install -e ".[plot]"`). Multi-turn runs with no idle time (` no-idle`) are never chosen and
+are left out; `--skip` leaves out other modes. The round 3 study records, results/studies/, are
+at commit 2b0e219.
 
-    .venv/bin/python benchmarks/plot_frontier.py benchmarks/results/studies/*.jsonl \\
-        --output benchmarks/results/frontier.png
+    .venv/bin/python benchmarks/plot_frontier.py \\
+        benchmarks/results/models/qwen2.5-coder-0.5b/calibration.jsonl --skip default \\
+        --title "Qwen2.5-Coder-0.5B, calibration cases" \\
+        --output benchmarks/results/models/qwen2.5-coder-0.5b/frontier.png
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lazymlx.evals.runner import read_records  # noqa: E402
+from lazymlx.evals.runner import NO_IDLE, read_records  # noqa: E402
 from lazymlx.evals.summary import ALL, summarize  # noqa: E402
 
 
@@ -28,8 +32,15 @@ def main() -> None:
     parser.add_argument("records", nargs="+", type=Path)
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--title", default="SmolLM2-135M, calibration cases")
+    parser.add_argument("--skip", default="", help="modes to leave out, comma-separated")
     args = parser.parse_args()
-    records = [r for path in args.records for r in read_records(path)[1] if r.mode != "baseline"]
+    skip = {"baseline", *filter(None, args.skip.split(","))}
+    records = [
+        r
+        for path in args.records
+        for r in read_records(path)[1]
+        if r.mode not in skip and not r.mode.endswith(NO_IDLE)
+    ]
     rows = [r for r in summarize(records) if r["family"] == ALL and r["kept_share"] is not None]
     lengths = sorted({r["length"] for r in rows}, key=lambda v: (v == ALL, v))
     figure, axes = plt.subplots(

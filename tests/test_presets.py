@@ -17,8 +17,11 @@ from lazymlx.engine.presets import (
     save_preset,
     saved_presets,
     ship_preset,
+    shipped_file,
 )
 from lazymlx.errors import LazymlxError
+from lazymlx.evals.calibrate import CANDIDATES
+from lazymlx.models.registry import REGISTRY
 
 
 @pytest.fixture(autouse=True)
@@ -102,3 +105,12 @@ def test_smollm2_ships_the_default_it_was_calibrated_on():
     assert calibrated("smollm2-135m")
     assert resolve_preset("default", "smollm2-135m") == PRESETS["default"]
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
+
+
+def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
+    for model in REGISTRY:
+        assert calibrated(model), model
+        shipped = json.loads(shipped_file(model).read_text())
+        for name in ("default", "fast"):
+            assert shipped[name]["calibration"]["candidate"] in CANDIDATES
+            assert resolve_preset(name, model).prunes
