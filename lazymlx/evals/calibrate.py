@@ -94,12 +94,15 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     def cases(mode: str) -> set[tuple]:
         return {(r.family, r.length, r.seed) for r in records if r.mode == mode}
 
+    def is_candidate(mode: str) -> bool:  # the bar applies to multi-turn runs after completion
+        return mode not in (BASELINE, REFERENCE) and not mode.endswith(NO_IDLE)
+
     every_case = cases(BASELINE)
     frontier = []
     for mode in dict.fromkeys(r.mode for r in records):
         # a candidate run on only some of the cases (added later with --candidates) is shown
         # but not chosen: its share would be over easier ground than the others'
-        covers = mode.endswith(NO_IDLE) or cases(mode) >= every_case
+        covers = not is_candidate(mode) or cases(mode) >= every_case
         mine = [row for row in rows if row["mode"] == mode]
         pooled = [r for r in mine if r["family"] == ALL]
         overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
@@ -138,11 +141,7 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
                 "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
             }
         )
-    candidates = [  # the bar applies to multi-turn runs after idle completion
-        row
-        for row in frontier
-        if row["mode"] not in (BASELINE, REFERENCE) and not row["mode"].endswith(NO_IDLE)
-    ]
+    candidates = [row for row in frontier if is_candidate(row["mode"])]
 
     def fastest(key: str) -> str | None:
         passing = [row for row in candidates if row[key]]
