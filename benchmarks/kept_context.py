@@ -113,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     model, tokenizer = lazymlx.load(args.model)
     runs = modes(args.lazy.split(","), args.model)
+    head = header(args.model, presets={name: config.describe() for name, config in runs if config})
     rows = []
     for length in parse_lengths(args.lengths):
         cases = [
@@ -140,9 +141,7 @@ def main() -> None:
                     f"({row['question_speedup']:.2f}x stock), answer {row['answer']!r}",
                     flush=True,
                 )
-                presets = {name: config.describe() for name, config in runs if config}
-                report = header(args.model, presets=presets) | {"rows": rows}
-                Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
+                Path(args.output).write_text(json.dumps(head | {"rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -459,7 +459,7 @@ def calibrate(
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor)."""
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import CANDIDATES, Bar, candidate_strategies, choose
+    from lazymlx.evals.calibrate import Bar, candidate_configs, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.models.registry import REGISTRY
 
@@ -487,8 +487,7 @@ def calibrate(
     model = head.get("model", model)
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
-    default = resolve_preset("default", model)
-    configs = {name: make(default) for name, make in CANDIDATES.items()}
+    configs = candidate_configs(resolve_preset("default", model))
     names = ("default", "fast") if ship else (name, f"{name}-fast")
     for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
         if chosen is not None:

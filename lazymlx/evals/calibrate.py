@@ -47,6 +47,11 @@ CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
 }
 
 
+def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
+    """Every candidate's config, built from a model's default."""
+    return {name: make(default) for name, make in CANDIDATES.items()}
+
+
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
     """The candidates to run, `only` those named if given. A default that equals one of the
     schedules (a calibrated model's) runs once, under the schedule's name: each run of a 4k case
@@ -56,7 +61,7 @@ def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> 
         raise LazymlxError(
             f"no calibration candidate {unknown[0]!r}; candidates are: {', '.join(CANDIDATES)}"
         )
-    made = {name: make(default) for name, make in CANDIDATES.items()}
+    made = candidate_configs(default)
     if any(config == default for name, config in made.items() if name != "default"):
         del made["default"]
     return [Strategy(name, config) for name, config in made.items() if only is None or name in only]
@@ -102,7 +107,8 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     for mode in dict.fromkeys(r.mode for r in records):
         # a candidate run on only some of the cases (added later with --candidates) is shown
         # but not chosen: its share would be over easier ground than the others'
-        covers = not is_candidate(mode) or cases(mode) >= every_case
+        ran = cases(mode)
+        covers = not is_candidate(mode) or ran >= every_case
         mine = [row for row in rows if row["mode"] == mode]
         pooled = [r for r in mine if r["family"] == ALL]
         overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
@@ -134,7 +140,7 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
                 "worst_family": worst_family["family"] if worst_family else None,
                 "worst_family_share": worst_family["kept_share"] if worst_family else None,
                 "worst_family_bar": family_bar[worst_family["family"]] if worst_family else None,
-                "cases": len(cases(mode)),
+                "cases": len(ran),
                 "meets_default": covers
                 and all((r["kept_share"] or 0) >= length_bar[r["length"]] - 1e-9 for r in lengths)
                 and all(r["kept_share"] >= family_bar[r["family"]] - 1e-9 for r in scored),
