@@ -37,6 +37,14 @@ class LlamaAdapter:
     def windowed(self) -> bool:
         return any(self.sliding_windows)
 
+    @property
+    def ranking_layers(self) -> list[int] | None:
+        """The layers that may prune on a sliding-window model: its global ones, the only
+        ones whose attention sees every token (None: every layer may)."""
+        if not self.windowed:
+            return None
+        return [layer for layer, window in enumerate(self.sliding_windows) if window is None]
+
     def embed(self, tokens: mx.array) -> mx.array:
         return self.model.model.embed_tokens(tokens)
 

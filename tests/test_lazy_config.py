@@ -70,6 +70,22 @@ def test_depth_fractions_map_onto_any_layer_count():
     assert LazyConfig(schedule=((0.5, 1.0),)).pruning_layers(30) == {}
 
 
+def test_a_sliding_window_model_prunes_at_its_global_layers_only():
+    """Gemma 3 270M: 18 layers, global ones at 5, 11 and 17. Each depth goes to the nearest
+    global layer but the last (the deeper on a tie); a model with no usable global layer keeps
+    the depths' own layers."""
+    gemma = (5, 11, 17)
+    assert LazyConfig(schedule=((0.24, 0.5), (0.57, 0.3))).pruning_layers(18, gemma) == {
+        5: 0.5,
+        11: 0.3,
+    }
+    assert LazyConfig(schedule=((0.67, 0.2),)).pruning_layers(18, gemma) == {11: 0.2}
+    assert LazyConfig(schedule=((0.45, 0.5),)).pruning_layers(18, gemma) == {11: 0.5}  # 8: a tie
+    two = LazyConfig(schedule=((0.5, 0.5), (0.6, 0.5))).pruning_layers(18, gemma)
+    assert two == {11: 0.25}  # both land on one layer: they compound
+    assert LazyConfig(schedule=((0.5, 0.5),)).pruning_layers(18, (17,)) == {9: 0.5}
+
+
 def scheduled_work(config: LazyConfig, tokens: int = 1000, layers: int = 30) -> int:
     """(token, layer) pairs a prompt's schedule computes, sinks and neighbours aside."""
     keep, present, work = config.pruning_layers(layers), tokens, 0

@@ -415,7 +415,7 @@ class LazyState(list):
         the first pruning layer may be partial). A step that will prune its own tokens is marked
         from its start before its first layer, so a sliding window keeps what recomputing needs.
         """
-        keep = config.pruning_layers(self.num_layers)
+        keep = self.pruning_layers(config)
         if config.complete != "exact" or not keep:
             return None
         aux, layers = self.aux, self.num_layers
@@ -427,6 +427,11 @@ class LazyState(list):
         if prunes:
             aux.mark_inexact(start)
         return min(keep)
+
+    def pruning_layers(self, config: LazyConfig) -> dict[int, float]:
+        """The config's pruning layers on this model (global layers only, where it has local
+        ones): layer → the share of the tokens reaching it that go on."""
+        return config.pruning_layers(self.num_layers, self.adapter.ranking_layers)
 
     def trimmable_to(self, offset: int) -> bool:
         """Whether the context can be cut back to its first `offset` tokens: every

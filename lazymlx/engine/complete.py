@@ -84,7 +84,7 @@ def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> None:
     if state.record is not None:
         state.record.append((layer, picked.tolist()))
     if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
-        state.forget_out_of_windows(state.offset, config.pruning_layers(state.num_layers))
+        state.forget_out_of_windows(state.offset, state.pruning_layers(config))
 
 
 def restart(state: LazyState, config: LazyConfig) -> None:
@@ -92,7 +92,7 @@ def restart(state: LazyState, config: LazyConfig) -> None:
     or to its embedding (no base), dropping its rows from there down; fill then recomputes them."""
     aux, num_layers = state.aux, state.num_layers
     start, end = aux.inexact_from, state.offset
-    first = min(config.pruning_layers(num_layers), default=num_layers - 1)
+    first = min(state.pruning_layers(config), default=num_layers - 1)
     if aux.base_layer != first:  # kept at another config's first pruning layer: unusable
         aux.base = aux.based = None
     based = np.array(aux.based[start:end]) if aux.based is not None else np.zeros(end - start, bool)

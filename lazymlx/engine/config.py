@@ -7,7 +7,7 @@ Depths are fractions of the model's layer count so one schedule fits SmolLM2's 3
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from lazymlx.errors import LazymlxError
@@ -104,13 +104,23 @@ class LazyConfig:
     def prunes(self) -> bool:
         return any(ratio < 1 for _, ratio in self.schedule)
 
-    def pruning_layers(self, num_layers: int) -> dict[int, float]:
+    def pruning_layers(
+        self, num_layers: int, ranking: Sequence[int] | None = None
+    ) -> dict[int, float]:
         """Layer index → the share of the tokens reaching it that go on, for a model with
         `num_layers` layers. Two ratios landing on the same layer compound; pruning at the last
-        layer would select tokens for no deeper layer, so it is dropped."""
+        layer would select tokens for no deeper layer, so it is dropped.
+
+        ranking: the layers whose attention reaches every position (a sliding-window model's
+        global layers). A local layer's attention says nothing of tokens beyond its window, so
+        each depth moves to the nearest of them (the deeper on a tie) when there is one.
+        """
+        usable = [layer for layer in ranking or () if layer < num_layers - 1]
         layers: dict[int, float] = {}
         for depth, ratio in self.schedule:
             layer = math.floor(depth * num_layers)
+            if usable:
+                layer = min(usable, key=lambda at, wanted=layer: (abs(at - wanted), -at))
             if ratio < 1 and layer < num_layers - 1:
                 layers[layer] = layers.get(layer, 1.0) * ratio
         return layers

@@ -105,7 +105,7 @@ class LazyModel(nn.Module):
             ]
         if not state.adapter.windowed:
             return self.model(inputs, cache=state.layers)
-        keep = self.config.pruning_layers(state.num_layers)
+        keep = state.pruning_layers(self.config)
         state.forget_out_of_windows(start, keep)
         adapter, h = state.adapter, state.adapter.embed(inputs)
         positions = mx.arange(start, state.offset, dtype=mx.int32)
@@ -150,7 +150,7 @@ def interrupts_deferred() -> Iterator[None]:
 def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.array:
     """One decode token with bounded revival; the logits (1, 1, vocab)."""
     adapter, aux, num_layers = state.adapter, state.aux, state.num_layers
-    keep = config.pruning_layers(num_layers)
+    keep = state.pruning_layers(config)
     position = state.offset
     base_layer = state.exact_base_layer(config, position, prunes=False)
     state.forget_out_of_windows(position, keep)

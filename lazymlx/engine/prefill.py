@@ -170,7 +170,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
-    keep = config.pruning_layers(num_layers)
+    keep = state.pruning_layers(config)
     first_prune = state.exact_base_layer(config, start, prune and config.prunes)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
@@ -244,7 +244,7 @@ def _revive(
     """
     state, ranker = step.state, step.ranker
     aux, num_layers = state.aux, state.num_layers
-    keep = step.config.pruning_layers(num_layers)[layer]
+    keep = state.pruning_layers(step.config)[layer]
     h, positions, revived = carried.h, carried.positions, carried.revived
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
