@@ -268,8 +268,8 @@ $lazymlx eval --model $m --split validation --families followup,kept,chat --leng
 .venv/bin/python benchmarks/tables.py multiturn $results/models/$m/multiturn_validation.jsonl
 
 # 7. Each registry model's calibration (2026-11-25 and 26): Qwen at 1k, then its look-alikes at
-#    4k widened with the candidates still in contention; Gemma at 1k, widened the same way after
-#    its first choice lost answers on validation; the frontier plot per model.
+#    4k widened with the candidates still in contention; Gemma at 1k, three cases a family, once
+#    its pruning layers were its global ones; the frontier plot per model.
 m=qwen2.5-coder-0.5b
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --baselines lazymlx/evals/baselines/$m.json \
   --journal $results/models/$m/calibration.jsonl --no-save
@@ -279,15 +279,13 @@ $lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 7 --no-refere
   --candidates "0.4@24% 0.4@57%,0.5@24% 0.3@57%,0.2@50%,0.3@57%,0.2@67%" \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
-m=gemma3-270m
-$lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --baselines lazymlx/evals/baselines/$m.json \
-  --journal $results/models/$m/calibration.jsonl --no-save
+m=gemma3-270m  # after pruning moved to global layers (2026-11-26); before: *_local_layers.jsonl
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --no-save \
-  --candidates "0.2@67%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.2@50%" \
+  --candidates "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%" \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
-$lazymlx eval -m $m --split validation --families scored --lengths 1k --cases 2 --lazy default --reference \
-  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation.jsonl --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
+  --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation.jsonl --resume
 $lazymlx bench -m $m -l 2k --lazy default,fast -n 16 -r 1 -o json > $results/models/$m/bench_2k.json
 for m in qwen2.5-coder-0.5b gemma3-270m; do
   .venv/bin/python benchmarks/plot_frontier.py $results/models/$m/calibration.jsonl --skip default,reference \
