@@ -283,6 +283,12 @@ m=gemma3-270m  # after pruning moved to global layers (2026-11-26); before: *_lo
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --no-save \
   --candidates "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%" \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+for families_cases in "scored 1" "table 3"; do
+  set -- $families_cases
+  $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --no-save \
+    --candidates "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%" \
+    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+done
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
   --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation.jsonl --resume
