@@ -256,7 +256,7 @@ $lazymlx eval --model $m --split validation --families all --lengths 8k --cases 
 for name in default fast; do .venv/bin/python -c "
 import lazymlx; from dataclasses import replace; from lazymlx.engine.presets import resolve_preset, save_preset
 save_preset('$m', '$name-exact', replace(resolve_preset('$name', '$m'), complete='exact'), {})"; done
-.venv/bin/python benchmarks/kept_context.py --model $m --lengths 2k --cases 2 --output $results/kept/${m}_2k.json
+.venv/bin/python benchmarks/kept_context.py --model $m --lengths 2k --cases 2 --lazy default --output $results/kept/${m}_2k.json
 .venv/bin/python benchmarks/kept_context.py --model $m --lengths 8k --cases 1 --output $results/kept/${m}_8k.json
 .venv/bin/python benchmarks/kept_context.py --model smollm2-135m --lengths 2k --cases 2 --output $results/kept/smollm2-135m_2k.json
 .venv/bin/python benchmarks/kept_context.py --model smollm2-135m --lengths 8k --cases 1 --output $results/kept/smollm2-135m_8k.json
