@@ -112,7 +112,11 @@ def test_each_pair_is_computed_at_most_once(config, family):
     prefill_pairs = sum(
         np.sum(np.array(p) < len(prompt)) for _, p in state.record[: state.num_layers]
     )
-    assert prefill_pairs / (len(prompt) * 8) <= 0.5  # gemma3: pruned at its global layers 2 and 5
+    share = prefill_pairs / (len(prompt) * 8)
+    if family == "gemma3_text":  # pruned at its global layers 2 and 5: 3·200 + 3·50 + 2·25 pairs
+        assert share == 0.5
+    else:
+        assert share < 0.5
     prompt_pairs = state.pairs(0, len(prompt))
     if config.decode == "sparse":
         assert prompt_pairs == prefill_pairs  # nothing revived
@@ -632,9 +636,9 @@ def test_a_sliding_window_model_ranks_and_prunes_at_global_layers_only(monkeypat
     state = LazyState(model)
     state.record = []
     engine_greedy(model, random_tokens(200), 4, AGGRESSIVE, state)
-    computed = [len(positions) for layer, positions in state.record[: state.num_layers]]
+    computed = [len(positions) for _, positions in state.record[: state.num_layers]]
     assert state.pruning_layers(AGGRESSIVE) == {2: 0.125}  # its three depths all land on 2
-    assert computed[:3] == [200] * 3 and computed[3] == 25 and computed[3:] == [25] * 3
+    assert computed == [200] * 3 + [25] * 3
     assert all(cache.rows < 200 for cache in state.layers if cache.window is not None)
 
 
