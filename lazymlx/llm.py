@@ -302,19 +302,19 @@ class LLM:
         while self._complete_unit():
             pass
 
-    def _complete_unit(self, lead: bool = True) -> bool:
+    def _complete_unit(self, chunk: int | None = None) -> bool:
         """One unit of completing the kept contexts, least recently used first (lazymlx/
-        complete.py); whether any is still incomplete. Rank 0 of a group has the others run
-        the same unit."""
-        from lazymlx.engine.complete import step
+        complete.py); whether any is still incomplete. Rank 0 paces its units (chunk None) and
+        has the other ranks of a group run the same unit, of the same tokens."""
+        from lazymlx.engine.complete import next_chunk, step
 
         for context in self.contexts.contexts:
             if context.lazy and not context.cache.complete:
-                if self.leads and lead:
-                    collectives.share(COMPLETE_UNIT)
+                if self.leads and chunk is None:
+                    collectives.share(COMPLETE_UNIT | {"chunk": next_chunk(context.cache)})
                 try:
                     with GENERATION_LOCK:  # no other thread's generation meanwhile
-                        step(context.cache, context.cache.config)
+                        step(context.cache, context.cache.config, chunk=chunk)
                 except Exception as error:  # a context a unit failed on is not trusted again
                     self.contexts.contexts.remove(context)
                     if collectives.group() is not None:  # every rank ends alike
@@ -328,8 +328,8 @@ class LLM:
             while (message := collectives.share()) != STOP:
                 if message is None:  # rank 0's heartbeat
                     continue
-                if message == COMPLETE_UNIT:
-                    self._complete_unit(lead=False)
+                if message.get("complete"):
+                    self._complete_unit(message["chunk"])
                     continue
                 # an error here rank 0 met too, from the same input, and told its client
                 with contextlib.suppress(LazymlxError, Cancelled):

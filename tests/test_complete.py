@@ -113,6 +113,34 @@ def test_a_step_between_units_sees_a_consistent_context(config):
             assert mx.abs(our_values - values).max().item() < 1e-4
 
 
+def test_paced_units_last_about_the_unit_budget(monkeypatch):
+    """A unit takes as many tokens as fit UNIT_SECONDS at the pace the last one ran (a fake clock:
+    2 ms a token), growing at most twofold a unit; every pair is still computed once."""
+    model = random_model("llama", num_layers=8)
+    state = LazyState(model)
+    state.record = []
+    engine_greedy(model, random_tokens(300), 4, FILL, state)
+    now, tokens = [0.0], []
+    real_fill = complete._fill
+
+    def timed_fill(state, layer, chunk, config):
+        computed = real_fill(state, layer, chunk, config)
+        tokens.append((chunk, computed))
+        now[0] += 0.002 * computed
+        return computed
+
+    monkeypatch.setattr(complete, "_fill", timed_fill)
+    monkeypatch.setattr(complete.time, "perf_counter", lambda: now[0])
+    while complete.step(state, FILL):
+        pass
+    chunks = [chunk for chunk, _ in tokens]
+    assert chunks[:2] == [complete.FIRST_CHUNK, complete.UNIT_SECONDS / 0.002]  # 64, then 50
+    for (chunk, computed), following in zip(tokens[:-1], chunks[1:], strict=True):
+        assert following == max(complete.SMALLEST_CHUNK, min(50, 2 * chunk))
+        assert computed <= chunk
+    assert pair_counts(state).max() == 1 and not complete.pending(state, FILL)
+
+
 def test_off_completes_nothing():
     model = random_model("llama", num_layers=8)
     off = replace(PRUNING, complete="off")

@@ -13,7 +13,7 @@ import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.engine.presets import save_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.llm import LLM
+from lazymlx.llm import GENERATION_THREAD, LLM
 from lazymlx.session import ChatSession
 
 # answers compared across requests: no idle completion between them (its own tests below)
@@ -250,6 +250,33 @@ def test_a_request_during_completion_waits_for_one_unit_at_most(tiny_model_dir, 
     started_after = [start for start, _ in units if queued < start < first_progress[0]]
     assert started_after == []  # only the unit in progress, if any, ran before the request
     assert first_progress[0] - queued < 1.0
+
+
+def test_a_group_runs_rank_0s_paced_units_alike_on_every_rank(tiny_model_dir, monkeypatch):
+    """Rank 0 paces idle units by its own clock and hands each unit's tokens on; the other ranks
+    run exactly those (a unit of other tokens would split a layer's collectives)."""
+    from lazymlx import collectives
+
+    document = "a document to keep and ask about later " * 12
+    leader, follower = (LLM(str(tiny_model_dir), lazy=FILLING, idle=False) for _ in range(2))
+    for llm in (leader, follower):
+        llm.generate(document, max_tokens=3)
+        (context,) = llm.contexts.contexts
+        context.cache.record = []
+    shared: list[dict] = []
+    monkeypatch.setattr(collectives, "share", lambda message=None: shared.append(message))
+    leader.leads = True
+
+    def lockstep() -> None:  # on the generation thread, where the contexts' arrays live
+        while leader._complete_unit():
+            follower._complete_unit(shared[-1]["chunk"])
+
+    GENERATION_THREAD.call(lockstep)
+    ours, theirs = (llm.contexts.contexts[0].cache for llm in (leader, follower))
+    assert len(shared) > 1 and all(message["complete"] for message in shared)
+    assert [len(positions) for _, positions in ours.record][0] == shared[0]["chunk"]
+    assert ours.record == theirs.record and ours.complete and theirs.complete
+    assert theirs.completion_chunk is None  # a follower never paces
 
 
 def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_model_dir):

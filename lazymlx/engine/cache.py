@@ -356,6 +356,7 @@ class LazyState(list):
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
         self.config: LazyConfig | None = None  # the config of its latest step (completion's)
         self.revived = 0  # earlier tokens its latest prompt step brought back
+        self.completion_chunk: int | None = None  # tokens of its next paced completion unit
 
     @property
     def layers(self) -> list[LazyKVCache]:

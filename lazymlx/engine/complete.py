@@ -5,7 +5,10 @@ that is the whole saving, but a context kept for later turns (a chat, the server
 conversations, a saved document) otherwise pays for it on the next question's critical path.
 Completion does that work while the app is idle, in units of one layer chunk, each leaving a
 consistent context, so whoever runs it can stop between any two units and a request then runs
-over the partly completed context (its prompt step revives what is still missing).
+over the partly completed context (its prompt step revives what is still missing). A unit's
+length is paced to UNIT_SECONDS on the machine at hand: a layer chunk's cost grows with the
+context (its attention reads every earlier row) and differs a hundredfold between a laptop CPU and
+a GPU, so a fixed token count would be either slow to yield or needlessly fine.
 
 - fill: each pruned token resumes from its Aux slot at the layer where it stopped, layer by layer
   from the shallowest, in position order within a layer, so a token attends to every earlier
@@ -20,6 +23,8 @@ over the partly completed context (its prompt step revives what is still missing
 
 from __future__ import annotations
 
+import time
+
 import mlx.core as mx
 import numpy as np
 
@@ -28,7 +33,9 @@ from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.decode import interrupts_deferred
 
-COMPLETION_CHUNK = 512  # tokens per unit: one unit stays short enough to yield at once
+UNIT_SECONDS = 0.1  # a paced unit's length: what a request arriving during completion waits
+COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete())
+FIRST_CHUNK, SMALLEST_CHUNK = 64, 8  # a paced unit's tokens before any is timed, and at least
 
 
 def pending(state: LazyState, config: LazyConfig) -> bool:
@@ -40,9 +47,23 @@ def pending(state: LazyState, config: LazyConfig) -> bool:
     return bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
 
 
-def step(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> bool:
-    """One unit of completion (at most `chunk` tokens at one layer); whether work remains.
-    Ctrl-C waits for the unit's end (it is short), so the context is never half updated."""
+def next_chunk(state: LazyState) -> int:
+    """The tokens the context's next paced unit takes (what the last unit's pace allows)."""
+    return state.completion_chunk or FIRST_CHUNK
+
+
+def paced(chunk: int, tokens: int, seconds: float) -> int:
+    """The next unit's tokens after `tokens` of a `chunk`-token unit took `seconds`: as many as
+    fit UNIT_SECONDS at that pace, growing at most twofold (the deepest layer, which only appends
+    keys and values, is far cheaper than the next context's first layer)."""
+    fits = UNIT_SECONDS * tokens / max(seconds, 1e-6)
+    return round(max(SMALLEST_CHUNK, min(fits, 2 * chunk, COMPLETION_CHUNK)))
+
+
+def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool:
+    """One unit of completion (at most `chunk` tokens at one layer; None: paced to UNIT_SECONDS
+    by the context's last units); whether work remains. Ctrl-C waits for the unit's end (it is
+    short), so the context is never half updated."""
     with interrupts_deferred():
         if config.complete == "exact" and state.aux.inexact_from is not None:
             restart(state, config)
@@ -51,7 +72,11 @@ def step(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) ->
         waiting = np.flatnonzero(counts[: state.num_layers])
         if not waiting.size or config.complete == "off":
             return False
-        _fill(state, int(waiting[0]), chunk, config)
+        tokens = next_chunk(state) if chunk is None else chunk
+        start = time.perf_counter()
+        computed = _fill(state, int(waiting[0]), tokens, config)
+        if chunk is None:
+            state.completion_chunk = paced(tokens, computed, time.perf_counter() - start)
     return pending(state, config)
 
 
@@ -64,8 +89,9 @@ def complete(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK
     return units
 
 
-def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> None:
-    """The first `chunk` tokens (by position) waiting at `layer` compute it from their Aux slot."""
+def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> int:
+    """The first `chunk` tokens (by position) waiting at `layer` compute it from their Aux slot;
+    how many did."""
     adapter, aux = state.adapter, state.aux
     depths = np.array(aux.depths())
     picked = np.flatnonzero(depths == layer)[:chunk]
@@ -85,6 +111,7 @@ def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> None:
         state.record.append((layer, picked.tolist()))
     if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
         state.forget_out_of_windows(state.offset, state.pruning_layers(config))
+    return picked.size
 
 
 def restart(state: LazyState, config: LazyConfig) -> None:
