@@ -12,9 +12,10 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from lazymlx.platform import use_fast_blas
+from lazymlx.platform import survive_new_shapes, use_fast_blas
 
 use_fast_blas()
+survive_new_shapes()
 
 try:
     __version__ = version("lazymlx")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 import sys
@@ -60,6 +61,14 @@ def use_fast_blas() -> None:
         ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
 
 
+def survive_new_shapes() -> None:
+    """Keep MLX's CUDA backend from ending the process when shapes keep changing: its cuDNN
+    plan and CUDA graph caches raise once their misses pass twice their size, counted over the
+    process's life, and a chat or server meets new prompt shapes with every request (stock
+    mlx-lm's too). A user's own setting stands; it must be made before MLX's first GPU work."""
+    os.environ.setdefault("MLX_ENABLE_CACHE_THRASHING_CHECK", "0")
+
+
 def openblas_loaded() -> bool:
     try:
         return "libopenblas" in Path("/proc/self/maps").read_text()
@@ -74,6 +83,12 @@ def backend() -> str:
     if mx.default_device() == mx.cpu:
         return "CPU"
     return "Metal" if mx.metal.is_available() else "CUDA"
+
+
+@functools.cache
+def on_cuda() -> bool:
+    """Whether MLX computes on an NVIDIA GPU (asked once: the engine asks on every layer)."""
+    return backend() == "CUDA"
 
 
 def on_gpu() -> bool:

@@ -72,6 +72,45 @@ def test_exact_completion_gives_stock_keys_and_values(family):
         assert mx.abs(our_values - values).max().item() < 1e-4
 
 
+def test_masked_attention_written_out_for_cuda_changes_nothing(monkeypatch):
+    """On MLX's CUDA backend the engine's masked attention skips the fused kernel (its cuDNN plans
+    are per shape); on this CPU the written-out route gives stock's keys and values after exact
+    completion, and a pruned, reviving, completed context answers as through the fused one."""
+    model = random_model("qwen3", num_layers=8)
+    prompt, question = random_tokens(200), random_tokens(40, seed=3)
+    answers = []
+    for cuda in (False, True):
+        monkeypatch.setattr("lazymlx.engine.blocks.on_cuda", lambda cuda=cuda: cuda)
+        state = LazyState(model)
+        tokens, _ = engine_greedy(model, prompt, 8, EXACT, state)
+        complete.complete(state, EXACT, chunk=48)
+        for ours, (keys, values) in zip(state.layers, stock_kv(model, state.tokens), strict=True):
+            _, our_keys, our_values = rows_by_position(ours)
+            assert mx.abs(our_keys - keys).max().item() < 1e-4
+            assert mx.abs(our_values - values).max().item() < 1e-4
+        state = LazyState(model)
+        first, _ = engine_greedy(model, prompt, 8, FILL, state)
+        complete.step(state, FILL, chunk=32)  # the question revives the rest
+        later, logprobs = engine_greedy(model, question, 8, FILL, state)
+        answers.append((tokens, first, later, logprobs))
+    (*fused, fused_logprobs), (*written, written_logprobs) = answers
+    assert fused == written
+    for a, b in zip(fused_logprobs, written_logprobs, strict=True):
+        assert mx.abs(a - b).max().item() < 1e-4
+
+
+def test_finishing_a_completion_returns_mlx_cached_buffers():
+    """The units leave MLX's buffer cache full of odd sizes, which the next request paid to
+    release on CUDA; the unit that completes the context returns them."""
+    model = random_model("llama", num_layers=8)
+    state = LazyState(model)
+    engine_greedy(model, random_tokens(200), 4, FILL, state)
+    complete.step(state, FILL, chunk=32)
+    assert complete.pending(state, FILL) and mx.get_cache_memory() > 0
+    complete.complete(state, FILL, chunk=32)
+    assert mx.get_cache_memory() == 0
+
+
 def test_a_question_after_exact_completion_answers_as_stock():
     model = random_model("llama", num_layers=8)
     prompt, question = random_tokens(200), random_tokens(12, seed=1)

@@ -63,3 +63,13 @@ def test_cli_prints_the_blas_warning_as_one_line(tiny_model_dir):
 def test_device_name_names_the_backend():
     name = platform.device_name()
     assert name.endswith("(MLX CPU)") or name.endswith("(MLX Metal)")
+
+
+def test_importing_lazymlx_keeps_mlx_from_ending_the_process_on_new_shapes():
+    """MLX's CUDA caches raise after twice their size in misses over the process's life; lazymlx
+    turns that check off unless the user chose."""
+    code = "import os, lazymlx; print(os.environ['MLX_ENABLE_CACHE_THRASHING_CHECK'])"
+    env = {k: v for k, v in os.environ.items() if k != "MLX_ENABLE_CACHE_THRASHING_CHECK"}
+    unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert unset.stdout.strip() == "0", unset.stderr
+    assert _run(code, MLX_ENABLE_CACHE_THRASHING_CHECK="1").stdout.strip() == "1"

@@ -17,6 +17,9 @@ rounds of all modes back to back; medians.
 
 from __future__ import annotations
 
+import lazymlx  # noqa: F401  first: it sets MLX's CUDA cache checks before MLX starts
+
+# isort: split
 import argparse
 import json
 import time

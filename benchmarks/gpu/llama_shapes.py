@@ -18,6 +18,9 @@ The report is rewritten after every length, so a run cut short keeps what it mea
 
 from __future__ import annotations
 
+import lazymlx  # noqa: F401  first: it sets MLX's CUDA cache checks before MLX starts
+
+# isort: split
 import argparse
 import json
 import statistics

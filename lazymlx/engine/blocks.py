@@ -13,6 +13,7 @@ import mlx.nn as nn
 from lazymlx import collectives
 from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.models.adapters import LlamaAdapter
+from lazymlx.platform import on_cuda
 
 
 def rope_at(rope: nn.Module, x: mx.array, positions: mx.array, first: int | None) -> mx.array:
@@ -49,9 +50,39 @@ def block_forward(
         queries, x = queries[:, :, -1:], x[:, -1:]
         mask = mask[-1:] if isinstance(mask, mx.array) else None
     keys, values = cache.fetch()
-    out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=attn.scale, mask=mask)
+    out = attend(queries, keys, values, attn.scale, mask)
     attended = attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
     return adapter.finish_block(block, x, attended), observed
+
+
+def attend(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: str | mx.array | None
+) -> mx.array:
+    """MLX's fused attention, except for an explicit mask on MLX's CUDA backend.
+
+    There the fused kernel is cuDNN's, which builds a plan for each new shape of queries, keys
+    and mask (20-30 ms on the host) and keeps 256 of them. The engine's masked calls (a
+    completion unit, revived tokens, a reviving decode step) have a new shape nearly every
+    time, so they would pay a build each, and MLX ends the process once such misses pass twice
+    the cache's size. Written out, the same attention costs no build.
+    """
+    if isinstance(mask, mx.array) and on_cuda():
+        return _unfused_attention(queries, keys, values, scale, mask)
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+
+
+def _unfused_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array
+) -> mx.array:
+    """Attention of queries (1, heads, n, dim) over grouped keys and values (1, kv heads, m,
+    dim) under a boolean (n, m) mask; its products in the model's dtype, softmax in fp32."""
+    _, num_heads, count, head_dim = queries.shape
+    kv_heads = keys.shape[1]
+    grouped = queries.reshape(1, kv_heads, num_heads // kv_heads, count, head_dim)
+    logits = (grouped * scale) @ keys[:, :, None].swapaxes(-1, -2)
+    logits = mx.where(mask, logits, mx.array(-mx.inf, logits.dtype))
+    probs = mx.softmax(logits, axis=-1, precise=True)
+    return (probs @ values[:, :, None]).reshape(1, num_heads, count, -1)
 
 
 def attention_mask(

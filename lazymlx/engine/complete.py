@@ -77,7 +77,12 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
         computed = _fill(state, int(waiting[0]), tokens, config)
         if chunk is None:
             state.completion_chunk = paced(tokens, computed, time.perf_counter() - start)
-    return pending(state, config)
+        if not pending(state, config):
+            # the units leave MLX's buffer cache full of odd sizes; on CUDA the next request
+            # paid for releasing them (benchmarks/README.md, "GPU")
+            mx.clear_cache()
+            return False
+    return True
 
 
 def complete(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
