@@ -505,6 +505,21 @@ def test_a_trimmed_never_reviving_context_equals_one_that_never_saw_the_trimmed_
     assert ours == engine_greedy(model, turn, 6, never, reference)[0]
 
 
+def test_trimming_the_last_turn_moves_no_rows():
+    """A turn's rows come last in every layer, so trimming it only shortens the layers, as
+    mlx-lm's KVCache does: the next turn appends in place instead of growing a copy."""
+    model = random_model(num_layers=6)
+    prompt = random_tokens(80)
+    state = LazyState(model)
+    engine_greedy(model, prompt, 0, AGGRESSIVE, state)
+    buffers = [cache.keys for cache in state.layers]
+    rows = [cache.rows for cache in state.layers]
+    engine_greedy(model, random_tokens(12, seed=1), 3, LazyConfig(), state)
+    trim_prompt_cache(state, state.offset - len(prompt))
+    assert [cache.rows for cache in state.layers] == rows
+    assert all(cache.keys is b for cache, b in zip(state.layers, buffers, strict=True))
+
+
 def test_trimming_a_reviving_context_keeps_the_revived_kv_of_earlier_tokens():
     model = random_model(num_layers=6)
     prompt, extra = random_tokens(80), random_tokens(30, seed=1)

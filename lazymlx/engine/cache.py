@@ -181,7 +181,9 @@ class LazyKVCache(_BaseCache):
         self.offset -= n
         if self.rows:
             keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
-            if len(keep) < self.rows:
+            if not keep.size or keep[-1] == keep.size - 1:  # the last rows go: nothing moves
+                self.rows = keep.size
+            elif keep.size < self.rows:
                 self.keep_rows(keep)
         return n
 
