@@ -69,6 +69,11 @@ def complete_timed(state, config) -> dict:
     return {"idle_s": sum(units), "units": len(units), "longest_unit_s": max(units, default=0.0)}
 
 
+def context_offset(cache) -> int:
+    """Tokens in a context: a LazyState's own count, or stock's from its first layer's cache."""
+    return cache.offset if isinstance(cache, lazymlx.LazyState) else cache[0].offset
+
+
 def run_mode(model, tokenizer, case, mode: str, config, repeats: int = 1) -> dict:
     document = encode_prompt(tokenizer, case.segments[0]).tolist()
     question = tokenizer.encode(case.segments[1], add_special_tokens=False)
@@ -80,13 +85,13 @@ def run_mode(model, tokenizer, case, mode: str, config, repeats: int = 1) -> dic
     if config is not None and config.complete != "off":
         idle = complete_timed(cache, config)
     # the document's one answer token is in the cache already (mlx-lm feeds it before yielding)
-    before = cache.offset if config is not None else cache[0].offset
+    before = context_offset(cache)
     later = ask(model, tokenizer, cache, question, case.max_tokens, config)
     timed = [later["ttft_s"]]
     if config is not None and config.complete == "off":
         repeats = 1  # the first ask revived part of the context: a second would find it there
     for _ in range(repeats - 1):  # the same question again over the same context
-        trim_prompt_cache(cache, (cache.offset if config is not None else cache[0].offset) - before)
+        trim_prompt_cache(cache, context_offset(cache) - before)
         timed.append(ask(model, tokenizer, cache, question, case.max_tokens, config)["ttft_s"])
     return {
         "mode": mode,
