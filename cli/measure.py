@@ -420,7 +420,8 @@ def calibrate(
         typer.Option(
             "--candidates",
             help="Run only these candidates (comma-separated), e.g. to add cases for the ones "
-            "still in contention; one that misses a case is shown but not chosen.",
+            "still in contention; one that misses a case is shown but not chosen. A schedule "
+            "followed by ' sparse' (decode without revival) runs only when named here.",
         ),
     ] = None,
     baselines: Annotated[

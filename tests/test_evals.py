@@ -327,6 +327,29 @@ def test_candidates_run_once_each_and_only_those_named():
         candidate_strategies(built_in, ["0.9@10%"])
 
 
+def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
+    """Decode revival costs decode time and no prefill work, so at equal prefill work a schedule
+    that decodes without it is the faster one, and it is chosen when it keeps the answers."""
+    calibrated = replace(LazyConfig(), schedule=SCHEDULES["0.4@24% 0.4@57%"], decode="revive")
+    (sparse,) = candidate_strategies(calibrated, ["0.4@24% 0.4@57% sparse"])
+    assert sparse.config == replace(calibrated, decode="sparse")
+
+    def run(mode, lost=()):
+        return [
+            replace(_record("passkey", 1024, mode, seed not in lost, True), seed=seed,
+                    compute_fraction=1.0 if mode == "baseline" else 0.5)
+            for seed in range(10)
+        ]  # fmt: skip
+
+    revive, sparse_name = "0.4@24% 0.4@57%", "0.4@24% 0.4@57% sparse"
+    result = choose(run("baseline") + run(revive) + run(sparse_name), Bar(0.97, 0.9, 0.9))
+    assert result.chosen == result.fast == sparse_name
+    result = choose(
+        run("baseline") + run(revive) + run(sparse_name, lost=(3,)), Bar(0.97, 0.9, 0.9)
+    )
+    assert result.chosen == revive and result.fast == sparse_name
+
+
 def test_a_completing_preset_runs_multi_turn_cases_after_completion_and_without(tiny):
     model, tokenizer = tiny
     cases = [

@@ -8,7 +8,8 @@ pooled over lengths at least min(`per_family`, the reference's share), on the sa
 model that answers on near-ties is not asked to be steadier than stock itself. Without a
 reference in the records the bar is the plain one. "Fastest" is ranked by the compute fraction the engine counts, which is exact and
 repeatable where wall time on a shared machine is not; the TTFT speedup is shown beside it. The
-fastest candidate keeping `fast_overall` of the answers overall is the `fast` trade. Decisions
+fastest candidate keeping `fast_overall` of the answers overall is the `fast` trade; at equal
+prefill work a sparse-decode candidate ranks first, since it revives nothing while decoding. Decisions
 are pure over the records, so an earlier run can be re-decided without running anything.
 """
 
@@ -38,10 +39,20 @@ SCHEDULES = {
     "0.6@24% 0.2@50%": ((0.24, 0.6), (0.5, 0.2)),
     "0.2@50%": ((0.5, 0.2),),
 }
+# A schedule with sparse decode ("0.4@24% 0.4@57% sparse"): no revival while decoding, so decode
+# costs what stock's does. It runs only when named, once a schedule is chosen: whether decode
+# revival earns its cost is a question about that schedule, and each 4k case is minutes here.
+SPARSE = " sparse"
 CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "default": lambda default: default,
     **{
         name: lambda default, pairs=pairs: replace(default, schedule=pairs)
+        for name, pairs in SCHEDULES.items()
+    },
+    **{
+        name + SPARSE: lambda default, pairs=pairs: replace(
+            default, schedule=pairs, decode="sparse"
+        )
         for name, pairs in SCHEDULES.items()
     },
 }
@@ -64,7 +75,9 @@ def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> 
     made = candidate_configs(default)
     if any(config == default for name, config in made.items() if name != "default"):
         del made["default"]
-    return [Strategy(name, config) for name, config in made.items() if only is None or name in only]
+    if only is None:
+        only = [name for name in made if not name.endswith(SPARSE)]
+    return [Strategy(name, config) for name, config in made.items() if name in only]
 
 
 @dataclass(frozen=True)
@@ -150,8 +163,13 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     candidates = [row for row in frontier if is_candidate(row["mode"])]
 
     def fastest(key: str) -> str | None:
+        # equal prefill work: sparse decode is faster, since it revives nothing
         passing = [row for row in candidates if row[key]]
-        best = min(passing, key=lambda row: row["compute_fraction"], default=None)
+        best = min(
+            passing,
+            key=lambda row: (row["compute_fraction"], not row["mode"].endswith(SPARSE)),
+            default=None,
+        )
         return None if best is None else best["mode"]
 
     return Calibration(frontier, fastest("meets_default"), fastest("meets_fast"), records)
