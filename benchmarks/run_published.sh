@@ -297,3 +297,27 @@ for m in qwen2.5-coder-0.5b gemma3-270m; do
   .venv/bin/python benchmarks/plot_frontier.py $results/models/$m/calibration.jsonl --skip default,reference \
     --title "$m, calibration" --output $results/models/$m/frontier.png
 done
+
+# 8. Decode revival on Qwen2.5-Coder (2026-11-26): its chosen schedule with sparse decode on the
+#    same 22 calibration cases, shipped when it kept them (equal prefill work, no decode revival),
+#    then validated at 1k-8k (stock's answers from the committed cache) and benched beside stock.
+m=qwen2.5-coder-0.5b
+$lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --candidates "0.4@24% 0.4@57% sparse" \
+  --no-save --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+$lazymlx calibrate -m $m --lengths 1k --families passkey,lookalike --cases 2 --candidates "0.4@24% 0.4@57% sparse" \
+  --no-save --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+$lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 7 --candidates "0.4@24% 0.4@57% sparse" \
+  --no-reference --no-save --baselines lazymlx/evals/baselines/$m.json \
+  --journal $results/models/$m/calibration.jsonl --resume
+$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
+v=$results/models/$m/validation_default_sparse.jsonl
+$lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 1 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families lookalike --lengths 4k --cases 2 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --lengths 8k --cases 1 --lazy default \
+  --families passkey,lookalike,twohop,needle-docs,needle-man,needle-pkgdoc,json,table,vartrack,code \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx bench -m $m -l 2k --lazy default -n 16 -r 2 -o json > $results/models/$m/bench_2k.json

@@ -11,6 +11,7 @@ import pytest
 from conftest import random_model
 
 from lazymlx import LazyConfig
+from lazymlx.engine.config import PRESETS
 from lazymlx.errors import LazymlxError
 from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
@@ -316,11 +317,11 @@ def test_a_candidate_missing_cases_is_shown_but_not_chosen():
 
 
 def test_candidates_run_once_each_and_only_those_named():
-    built_in = LazyConfig()
-    names = [s.mode for s in candidate_strategies(built_in)]
-    assert names == ["default", *SCHEDULES]
+    built_in = PRESETS["default"]  # 0.2@67%, reviving while decoding: run under that name
+    assert [s.mode for s in candidate_strategies(built_in)] == list(SCHEDULES)  # no twin
+    other = replace(built_in, schedule=((0.3, 0.5),))
+    assert [s.mode for s in candidate_strategies(other)] == ["default", *SCHEDULES]
     calibrated = replace(built_in, schedule=SCHEDULES["0.4@24% 0.4@57%"])
-    assert [s.mode for s in candidate_strategies(calibrated)] == list(SCHEDULES)  # no twin
     chosen = candidate_strategies(calibrated, ["0.2@67%", "0.2@50%"])
     assert [s.mode for s in chosen] == ["0.2@67%", "0.2@50%"]
     with pytest.raises(LazymlxError, match="no calibration candidate '0.9@10%'; candidates"):
@@ -330,9 +331,14 @@ def test_candidates_run_once_each_and_only_those_named():
 def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
     """Decode revival costs decode time and no prefill work, so at equal prefill work a schedule
     that decodes without it is the faster one, and it is chosen when it keeps the answers."""
-    calibrated = replace(LazyConfig(), schedule=SCHEDULES["0.4@24% 0.4@57%"], decode="revive")
+    calibrated = replace(PRESETS["default"], schedule=SCHEDULES["0.4@24% 0.4@57%"])
     (sparse,) = candidate_strategies(calibrated, ["0.4@24% 0.4@57% sparse"])
     assert sparse.config == replace(calibrated, decode="sparse")
+    # a name means one decode policy whatever the model's default decodes
+    shipped_sparse = sparse.config
+    both = candidate_strategies(shipped_sparse, ["0.4@24% 0.4@57%", "0.4@24% 0.4@57% sparse"])
+    assert [s.config.decode for s in both] == ["revive", "sparse"]
+    assert "default" in [s.mode for s in candidate_strategies(shipped_sparse)]  # its twin not run
 
     def run(mode, lost=()):
         return [

@@ -25,11 +25,15 @@ from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import NO_IDLE, Record
 from lazymlx.evals.summary import ALL, summarize
 
-# Candidates built from a model's default (so they keep its scoring, decode and length rules):
-# the schedules round 3 of benchmarks/studies/STUDIES.md compared on SmolLM2, a generous first prune
+# Candidates built from a model's default (so they keep its scoring and length rules): the
+# schedules round 3 of benchmarks/studies/STUDIES.md compared on SmolLM2, a generous first prune
 # where early layers rank answers roughly and a hard one where they rank them best, and late
 # selection (every token to mid-depth or two thirds of depth, then one hard prune), at depths
-# given as fractions so they map onto any model's layers.
+# given as fractions so they map onto any model's layers. A name fixes the decode policy, so it
+# means one thing whatever the model's default decodes: a schedule alone revives while
+# decoding; followed by " sparse" it does not, and decode costs what stock's does. Sparse
+# candidates run only when named, once a schedule is chosen: whether decode revival earns its
+# cost is a question about that schedule, and each 4k case is minutes here.
 SCHEDULES = {
     "0.2@67%": ((0.67, 0.2),),
     "0.3@57%": ((0.57, 0.3),),
@@ -39,21 +43,15 @@ SCHEDULES = {
     "0.6@24% 0.2@50%": ((0.24, 0.6), (0.5, 0.2)),
     "0.2@50%": ((0.5, 0.2),),
 }
-# A schedule with sparse decode ("0.4@24% 0.4@57% sparse"): no revival while decoding, so decode
-# costs what stock's does. It runs only when named, once a schedule is chosen: whether decode
-# revival earns its cost is a question about that schedule, and each 4k case is minutes here.
 SPARSE = " sparse"
 CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "default": lambda default: default,
     **{
-        name: lambda default, pairs=pairs: replace(default, schedule=pairs)
-        for name, pairs in SCHEDULES.items()
-    },
-    **{
-        name + SPARSE: lambda default, pairs=pairs: replace(
-            default, schedule=pairs, decode="sparse"
+        name + policy: lambda default, pairs=pairs, decode=decode: replace(
+            default, schedule=pairs, decode=decode
         )
         for name, pairs in SCHEDULES.items()
+        for policy, decode in (("", "revive"), (SPARSE, "sparse"))
     },
 }
 
@@ -73,11 +71,12 @@ def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> 
             f"no calibration candidate {unknown[0]!r}; candidates are: {', '.join(CANDIDATES)}"
         )
     made = candidate_configs(default)
-    if any(config == default for name, config in made.items() if name != "default"):
-        del made["default"]
     if only is None:
         only = [name for name in made if not name.endswith(SPARSE)]
-    return [Strategy(name, config) for name, config in made.items() if name in only]
+    run = {name: config for name, config in made.items() if name in only}
+    if any(config == default for name, config in run.items() if name != "default"):
+        run.pop("default", None)
+    return [Strategy(name, config) for name, config in run.items()]
 
 
 @dataclass(frozen=True)
