@@ -301,6 +301,7 @@ done
 # 8. Decode revival on Qwen2.5-Coder (2026-11-26): its chosen schedule with sparse decode on the
 #    same 22 calibration cases, shipped when it kept them (equal prefill work, no decode revival),
 #    then validated at 1k-8k (stock's answers from the committed cache) and benched beside stock.
+#    Run after the ship, a bare schedule took the default's decode until commit 1c7f1be.
 m=qwen2.5-coder-0.5b
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --candidates "0.4@24% 0.4@57% sparse" \
   --no-save --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
@@ -313,6 +314,11 @@ $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 v=$results/models/$m/validation_default_sparse.jsonl
 $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 1 --lazy default \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+# the 2k follow-up lost on validation: calibration widened there, both decode policies
+$lazymlx calibrate -m $m --lengths 2k --families followup,chat --cases 3 --no-reference --no-save \
+  --candidates "0.4@24% 0.4@57%,0.4@24% 0.4@57% sparse" \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --no-save
 $lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
 $lazymlx eval -m $m --split validation --families lookalike --lengths 4k --cases 2 --lazy default \
