@@ -301,7 +301,9 @@ done
 # 8. Decode revival on Qwen2.5-Coder (2026-11-26): its chosen schedule with sparse decode on the
 #    same 22 calibration cases, shipped when it kept them (equal prefill work, no decode revival),
 #    then validated at 1k-8k (stock's answers from the committed cache) and benched beside stock.
-#    Run after the ship, a bare schedule took the default's decode until commit 1c7f1be.
+#    Before commit 1c7f1be a bare schedule took the default's decode (sparse after this ship):
+#    run these at or after it. Sections 6-7, run today, would use the shipped preset, which
+#    now decodes sparse; they were measured with the reviving one.
 m=qwen2.5-coder-0.5b
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --candidates "0.4@24% 0.4@57% sparse" \
   --no-save --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume

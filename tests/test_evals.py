@@ -338,12 +338,14 @@ def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
     shipped_sparse = sparse.config
     both = candidate_strategies(shipped_sparse, ["0.4@24% 0.4@57%", "0.4@24% 0.4@57% sparse"])
     assert [s.config.decode for s in both] == ["revive", "sparse"]
-    assert "default" in [s.mode for s in candidate_strategies(shipped_sparse)]  # its twin not run
+    # its twin runs under its own name, in place of "default", though sparse ones run only named
+    modes = [s.mode for s in candidate_strategies(shipped_sparse)]
+    assert "0.4@24% 0.4@57% sparse" in modes and "default" not in modes
 
-    def run(mode, lost=()):
+    def run(mode, lost=(), fraction=0.5):
         return [
             replace(_record("passkey", 1024, mode, seed not in lost, True), seed=seed,
-                    compute_fraction=1.0 if mode == "baseline" else 0.5)
+                    compute_fraction=1.0 if mode == "baseline" else fraction)
             for seed in range(10)
         ]  # fmt: skip
 
@@ -354,6 +356,9 @@ def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
         run("baseline") + run(revive) + run(sparse_name, lost=(3,)), Bar(0.97, 0.9, 0.9)
     )
     assert result.chosen == revive and result.fast == sparse_name
+    # less prefill work comes first: decode policy only breaks a tie
+    cheaper = run("baseline") + run(revive, fraction=0.4) + run(sparse_name)
+    assert choose(cheaper, Bar(0.97, 0.9, 0.9)).chosen == revive
 
 
 def test_a_completing_preset_runs_multi_turn_cases_after_completion_and_without(tiny):

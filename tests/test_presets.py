@@ -20,7 +20,7 @@ from lazymlx.engine.presets import (
     shipped_file,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import CANDIDATES
+from lazymlx.evals.calibrate import CANDIDATES, SPARSE
 from lazymlx.models.registry import REGISTRY
 
 
@@ -112,5 +112,9 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
         assert calibrated(model), model
         shipped = json.loads(shipped_file(model).read_text())
         for name in ("default", "fast"):
-            assert shipped[name]["calibration"]["candidate"] in CANDIDATES
+            candidate = shipped[name]["calibration"]["candidate"]
+            assert candidate in CANDIDATES
+            # a candidate's name says how it decodes
+            decode = "sparse" if candidate.endswith(SPARSE) else "revive"
+            assert shipped[name]["config"]["decode"] == decode, (model, name)
             assert resolve_preset(name, model).prunes

@@ -31,7 +31,7 @@ from lazymlx.evals.summary import ALL, summarize
 # selection (every token to mid-depth or two thirds of depth, then one hard prune), at depths
 # given as fractions so they map onto any model's layers. A name fixes the decode policy, so it
 # means one thing whatever the model's default decodes: a schedule alone revives while
-# decoding; followed by " sparse" it does not, and decode costs what stock's does. Sparse
+# decoding; followed by " sparse" it does not, and decode costs about what stock's does. Sparse
 # candidates run only when named, once a schedule is chosen: whether decode revival earns its
 # cost is a question about that schedule, and each 4k case is minutes here.
 SCHEDULES = {
@@ -62,19 +62,20 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 
 
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
-    """The candidates to run, `only` those named if given. A default that equals one of the
-    schedules (a calibrated model's) runs once, under the schedule's name: each run of a 4k case
-    is minutes of CPU here."""
+    """The candidates to run, `only` those named if given. A default that equals a candidate (a
+    calibrated model's) runs once, under the candidate's name, sparse or not: each run of a 4k
+    case is minutes of CPU here."""
     unknown = [name for name in only or [] if name not in CANDIDATES]
     if unknown:
         raise LazymlxError(
             f"no calibration candidate {unknown[0]!r}; candidates are: {', '.join(CANDIDATES)}"
         )
     made = candidate_configs(default)
-    if only is None:
-        only = [name for name in made if not name.endswith(SPARSE)]
+    twin = next((n for n, config in made.items() if n != "default" and config == default), None)
+    if only is None:  # the schedules, and the default under its twin's name if it has one
+        only = [name for name in made if not name.endswith(SPARSE) or name == twin]
     run = {name: config for name, config in made.items() if name in only}
-    if any(config == default for name, config in run.items() if name != "default"):
+    if twin in run:
         run.pop("default", None)
     return [Strategy(name, config) for name, config in run.items()]
 
