@@ -6,11 +6,12 @@ round-tripped through 8 bits). The bar is relative: at every length a default ke
 min(`per_length`, the reference's share) of the baseline's right answers, and in every family
 pooled over lengths at least min(`per_family`, the reference's share), on the same cases; a
 model that answers on near-ties is not asked to be steadier than stock itself. Without a
-reference in the records the bar is the plain one. "Fastest" is ranked by the compute fraction the engine counts, which is exact and
-repeatable where wall time on a shared machine is not; the TTFT speedup is shown beside it. The
-fastest candidate keeping `fast_overall` of the answers overall is the `fast` trade; at equal
-prefill work a sparse-decode candidate ranks first, since it revives nothing while decoding. Decisions
-are pure over the records, so an earlier run can be re-decided without running anything.
+reference in the records the bar is the plain one. "Fastest" is ranked by the compute fraction
+the engine counts, which is exact and repeatable where wall time on a shared machine is not; the
+TTFT speedup is shown beside it. The fastest candidate keeping `fast_overall` of the answers
+overall is the `fast` trade; at equal prefill work a sparse-decode candidate ranks first, since
+it revives nothing while decoding. Decisions are pure over the records, so an earlier run can be
+re-decided without running anything.
 """
 
 from __future__ import annotations
