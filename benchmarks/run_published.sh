@@ -329,3 +329,5 @@ $lazymlx eval -m $m --split validation --lengths 8k --cases 1 --lazy default \
   --families passkey,lookalike,twohop,needle-docs,needle-man,needle-pkgdoc,json,table,vartrack,code \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 2 -o json > $results/models/$m/bench_2k.json
+# the speedup with the prompt's length: 8k and 16k in one run, stock beside each
+$lazymlx bench -m $m -l 8k,16k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_8k_16k.json
