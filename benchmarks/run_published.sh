@@ -331,3 +331,20 @@ $lazymlx eval -m $m --split validation --lengths 8k --cases 1 --lazy default \
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 2 -o json > $results/models/$m/bench_2k.json
 # the speedup with the prompt's length: 8k and 16k in one run, stock beside each
 $lazymlx bench -m $m -l 8k,16k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_8k_16k.json
+
+# 9. Gemma 3's decode without revival (2026-11-26): its two schedules with sparse decode on the
+#    same calibration cases, shipped when each kept what its reviving twin kept; validation and
+#    the 2k bench (section 7's commands, run again with the presets as shipped now).
+m=gemma3-270m
+C="0.5@24% 0.3@57% sparse,0.4@24% 0.4@57% sparse"
+$lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --no-save --candidates "$C" \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+for families_cases in "scored 1" "table 3"; do
+  set -- $families_cases
+  $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --no-save --candidates "$C" \
+    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+done
+$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
+$lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
+  --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_sparse.jsonl --resume
+$lazymlx bench -m $m -l 2k --lazy default,fast -n 16 -r 1 -o json > $results/models/$m/bench_2k.json
