@@ -329,8 +329,9 @@ $lazymlx eval -m $m --split validation --lengths 8k --cases 1 --lazy default \
   --families passkey,lookalike,twohop,needle-docs,needle-man,needle-pkgdoc,json,table,vartrack,code \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 2 -o json > $results/models/$m/bench_2k.json
-# the speedup with the prompt's length: 8k and 16k in one run, stock beside each
-$lazymlx bench -m $m -l 8k,16k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_8k_16k.json
+# the speedup with the prompt's length: 8k and 16k in one run, stock beside each (0.4@24% 0.4@57%
+#    sparse, the default then, `fast` since section 10)
+$lazymlx bench -m $m -l 8k,16k --lazy fast -n 16 -r 1 -o json > $results/models/$m/bench_8k_16k.json
 
 # 9. Gemma 3's decode without revival (2026-11-26): its two schedules with sparse decode on the
 #    same calibration cases, shipped when each kept what its reviving twin kept; validation and
@@ -348,3 +349,26 @@ $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
   --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_sparse.jsonl --resume
 $lazymlx bench -m $m -l 2k --lazy default,fast -n 16 -r 1 -o json > $results/models/$m/bench_2k.json
+
+# 10. Qwen2.5-Coder's look-alikes at 4k widened to 15 cases and its follow-ups at 2k to 8
+#     (2026-11-26): 0.4@24% 0.4@57% sparse lost one look-alike, so the default moved to the
+#     next schedule, 0.5@24% 0.3@57%, run on every calibration case with and without revival.
+m=qwen2.5-coder-0.5b
+B="--baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume --no-save"
+$lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 15 --no-reference \
+  --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57%,0.2@67%,0.5@24% 0.3@57% sparse" $B
+$lazymlx calibrate -m $m --lengths 2k --families followup --cases 8 --no-reference \
+  --candidates "0.4@24% 0.4@57%,0.4@24% 0.4@57% sparse,0.5@24% 0.3@57%,0.5@24% 0.3@57% sparse" $B
+$lazymlx calibrate -m $m --lengths 2k --families chat --cases 3 --no-reference \
+  --candidates "0.5@24% 0.3@57%,0.5@24% 0.3@57% sparse" $B
+$lazymlx calibrate -m $m --lengths 1k --families scored --cases 1 --candidates "0.5@24% 0.3@57% sparse" $B
+$lazymlx calibrate -m $m --lengths 1k --families passkey,lookalike --cases 2 --candidates "0.5@24% 0.3@57% sparse" $B
+$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
+$lazymlx bench -m $m -l 2k --lazy default,fast -n 16 -r 1 -o json > $results/models/$m/bench_2k.json
+v=$results/models/$m/validation_default_053_sparse.jsonl
+$lazymlx eval -m $m --split validation --families lookalike --lengths 4k --cases 2 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 1 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
