@@ -372,3 +372,4 @@ $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
 $lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx bench -m $m -l 8k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_8k_default.json
