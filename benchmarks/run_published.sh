@@ -280,15 +280,18 @@ $lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 7 --no-refere
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 m=gemma3-270m  # after pruning moved to global layers (2026-11-26); before: *_local_layers.jsonl
-$lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --no-save \
-  --candidates "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%" \
-  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
-for families_cases in "scored 1" "table 3"; do
-  set -- $families_cases
-  $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --no-save \
-    --candidates "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%" \
-    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
-done
+# Gemma's calibration split (three cases a scored family at 1k, one at 2k, three table cases at
+# 2k) for the candidates in $1; section 9 runs it again for the sparse-decode twins.
+gemma_calibration() {
+  local cases
+  for cases in "1k scored 3" "2k scored 1" "2k table 3"; do
+    set -- "$1" $cases
+    $lazymlx calibrate -m gemma3-270m --lengths $2 --families $3 --cases $4 --no-save --candidates "$1" \
+      --baselines lazymlx/evals/baselines/gemma3-270m.json \
+      --journal $results/models/gemma3-270m/calibration.jsonl --resume
+  done
+}
+gemma_calibration "0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%"
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
   --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation.jsonl --resume
@@ -337,14 +340,7 @@ $lazymlx bench -m $m -l 8k,16k --lazy fast -n 16 -r 1 -o json > $results/models/
 #    same calibration cases, shipped when each kept what its reviving twin kept; validation and
 #    the 2k bench (section 7's commands, run again with the presets as shipped now).
 m=gemma3-270m
-C="0.5@24% 0.3@57% sparse,0.4@24% 0.4@57% sparse"
-$lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --no-save --candidates "$C" \
-  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
-for families_cases in "scored 1" "table 3"; do
-  set -- $families_cases
-  $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --no-save --candidates "$C" \
-    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
-done
+gemma_calibration "0.5@24% 0.3@57% sparse,0.4@24% 0.4@57% sparse"
 $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --ship
 $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy default,fast \
   --reference --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_sparse.jsonl --resume
