@@ -75,14 +75,17 @@ def _unfused_attention(
     queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array
 ) -> mx.array:
     """Attention of queries (1, heads, n, dim) over grouped keys and values (1, kv heads, m,
-    dim) under a boolean (n, m) mask; its products in the model's dtype, softmax in fp32."""
+    dim) under a boolean (n, m) mask; its products in the model's dtype, softmax in fp32. The
+    query heads that share a kv head are stacked as rows of one product, so keys and values are
+    read as they are, never broadcast over the group."""
     _, num_heads, count, head_dim = queries.shape
     kv_heads = keys.shape[1]
-    grouped = queries.reshape(1, kv_heads, num_heads // kv_heads, count, head_dim)
-    logits = (grouped * scale) @ keys[:, :, None].swapaxes(-1, -2)
+    groups = num_heads // kv_heads
+    rows = queries.reshape(1, kv_heads, groups * count, head_dim)
+    logits = ((rows * scale) @ keys.swapaxes(-1, -2)).reshape(1, kv_heads, groups, count, -1)
     logits = mx.where(mask, logits, mx.array(-mx.inf, logits.dtype))
-    probs = mx.softmax(logits, axis=-1, precise=True)
-    return (probs @ values[:, :, None]).reshape(1, num_heads, count, -1)
+    probs = mx.softmax(logits, axis=-1, precise=True).reshape(1, kv_heads, groups * count, -1)
+    return (probs @ values).reshape(1, num_heads, count, -1)
 
 
 def attention_mask(
