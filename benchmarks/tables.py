@@ -1,5 +1,6 @@
 """The markdown tables of benchmarks/README.md, printed from the raw results, never typed by hand.
 
+.venv/bin/python benchmarks/tables.py card benchmarks/results/models/*/card.json
 .venv/bin/python benchmarks/tables.py bench benchmarks/results/bench_2k.json ...
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
@@ -15,20 +16,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
-from lazymlx.evals.runner import Record, read_records
+from lazymlx.evals.calibrate import Bar
+from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.runner import NO_IDLE, Record, read_records
 from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, agreement_strata, summarize, tally
 
 
-def records(paths: list[Path]) -> list[Record]:
+def records(paths: list[Path], renames: list[dict] | None = None) -> list[Record]:
     """Each case's row for a mode once, the first: a run over cached baselines writes the
-    baseline's row again, and the first is the one timed beside the presets it ran with."""
+    baseline's row again, and the first is the one timed beside the presets it ran with.
+    renames: per path, a mode's name then to its name now (None leaves the mode out)."""
     rows: dict[tuple, Record] = {}
-    for path in paths:
+    for path, modes in zip(paths, renames or [{}] * len(paths), strict=True):
         for r in read_records(path)[1]:
-            rows.setdefault((r.mode, r.split, r.family, r.length, r.seed), r)
+            mode = modes.get(r.mode, r.mode)
+            if mode is not None:
+                rows.setdefault((mode, r.split, r.family, r.length, r.seed), replace(r, mode=mode))
     return list(rows.values())
 
 
@@ -39,6 +48,152 @@ def kept(row: dict) -> str:
         f"{row['kept']}/{row['baseline_right']} ({row['kept_share']:.0%}, "
         f"{row['kept_low']:.0%}-{row['kept_high']:.0%})"
     )
+
+
+CARD_MODES = [BASELINE, REFERENCE]
+for _preset in ("default", "fast"):
+    CARD_MODES += [f"lazy:{_preset}", f"lazy:{_preset}{NO_IDLE}"]
+
+
+def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict]:
+    """Bench rows by length (prompt tokens rounded up to a whole 1k) and mode, each with its
+    run's stock row; renames as in `records` (the first file wins)."""
+    rows: dict[tuple[int, str], dict] = {}
+    for path, modes in zip(paths, renames, strict=True):
+        run = json.loads(path.read_text())
+        stock = {r["prompt_tokens"]: r for r in run["rows"] if r["mode"] == BASELINE}
+        for r in run["rows"]:
+            mode = modes.get(r["mode"], r["mode"])
+            if mode is not None:
+                length = 1024 * math.ceil(r["prompt_tokens"] / 1024)
+                rows.setdefault((length, mode), {**r, "stock": stock[r["prompt_tokens"]]})
+    return rows
+
+
+def card_table(paths: list[Path]) -> str:
+    """A registry model's card: per length, stock's accuracy, the 8-bit reference's and each
+    shipped preset's answers kept on the validation split (with or without idle completion),
+    whether the bar holds, and the bench's TTFT (with the work its prompt computed), decode and
+    peak memory beside stock's. A card file names the model, its eval journals and its bench
+    results, each with its modes' names then where a preset was renamed since ("modes":
+    {then: now}; null leaves a mode out)."""
+    tables = []
+    for path in paths:
+        card = json.loads(path.read_text())
+        paths_of = {
+            kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")
+        }
+        renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
+        runs = records(paths_of["eval"], renames["eval"])
+        summary = _pooled_everywhere(summarize(runs))
+        bench = bench_rows(paths_of["bench"], renames["bench"])
+        evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}
+        lengths = sorted({n for n, _ in evals if n != ALL} | {n for n, _ in bench}) + [ALL]
+        lines = [
+            f"**{card['model']}**",
+            "",
+            "| length | mode | right of scored | kept of stock's right (95% CI) | gained | bar "
+            "| prefill computed | TTFT (bench) | decode | peak memory |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for length in lengths:
+            for mode in CARD_MODES:
+                row, timed = evals.get((length, mode)), bench.get((length, mode))
+                if row is None and timed is None:
+                    continue
+                stock = mode == BASELINE
+                cells = [
+                    str(length),
+                    mode,
+                    _accuracy(row, _stock_scored(runs, mode, length)),
+                    "—" if row is None or stock else kept(row),
+                    "—" if row is None or stock else str(row["gained"]),
+                    _bar(summary, row),
+                    "—" if row is None else f"{row['compute_fraction']:.0%}",
+                    *_speed(timed),
+                ]
+                lines.append("| " + " | ".join(cells) + " |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
+
+
+def _pooled_everywhere(summary: list[dict]) -> list[dict]:
+    """summarize's rows, and a mode run at one length only (which summarize pools nowhere) its
+    rows again as pooled over lengths, so every mode has an "all" row and family rows."""
+    lengths: dict[str, set] = {}
+    for r in summary:
+        lengths.setdefault(r["mode"], set()).add(r["length"])
+    single = {mode for mode, seen in lengths.items() if len(seen) == 1 and ALL not in seen}
+    return summary + [{**r, "length": ALL} for r in summary if r["mode"] in single]
+
+
+def _stock_scored(runs: list[Record], mode: str, length: int | str) -> int:
+    """How many scored cases stock ran in the families and lengths where `mode` ran any."""
+    groups = {(r.family, r.length) for r in runs if r.mode == mode and length in (ALL, r.length)}
+    return sum(
+        r.mode == BASELINE and r.baseline_correct is not None and (r.family, r.length) in groups
+        for r in runs
+    )
+
+
+def _accuracy(row: dict | None, stock_scored: int) -> str:
+    """Right answers of the scored cases; a run on stock's right answers only (--right-only)
+    did not run the rest, so its accuracy over all of stock's cases there is a lower bound."""
+    if row is None or not row["scored"]:
+        return "—"
+    if row["scored"] < stock_scored:
+        return f"≥ {row['right']}/{stock_scored} (≥ {row['right'] / stock_scored:.0%})"
+    return f"{row['right']}/{row['scored']} ({row['accuracy']:.0%})"
+
+
+def _bar(summary: list[dict], row: dict | None) -> str:
+    """The bar of lazymlx calibrate, on these cases: the default (after completion) keeps
+    min(97%, the reference's share) at each length and min(90%, the reference's share) in each
+    family pooled over lengths; `fast` keeps 90% overall."""
+    if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
+        return "—"
+    bar, mode, length = Bar(), row["mode"], row["length"]
+    floor = {
+        (r["family"], r["length"]): r["kept_share"]
+        for r in summary
+        if r["mode"] == REFERENCE and r["kept_share"] is not None
+    }
+    if mode == "lazy:default" and length != ALL:
+        checks = [(ALL, row, min(bar.per_length, floor.get((ALL, length), 1.0)))]
+    elif mode == "lazy:default":
+        checks = [
+            (r["family"], r, min(bar.per_family, floor.get((r["family"], ALL), 1.0)))
+            for r in summary
+            if r["mode"] == mode and r["length"] == ALL and r["family"] != ALL
+            if r["kept_share"] is not None
+        ]
+    elif mode == "lazy:fast" and length == ALL:
+        checks = [(ALL, row, bar.fast_overall)]
+    else:
+        return "—"
+    family, worst, needed = min(checks, key=lambda check: check[1]["kept_share"] - check[2])
+    where = "" if family == ALL else f"{family} "
+    met = worst["kept_share"] >= needed - 1e-9
+    kept_of = f"{worst['kept']}/{worst['baseline_right']}"
+    return f"{'met' if met else 'not met'}: {where}{kept_of} {'≥' if met else '<'} {needed:.0%}"
+
+
+def _speed(timed: dict | None) -> list[str]:
+    """Stock's TTFT, decode rate and peak memory, or a preset's against them (one bench run)."""
+    if timed is None:
+        return ["—"] * 3
+    stock = timed["stock"]
+    if timed["mode"] == BASELINE:
+        return [
+            f"{stock['ttft_s']:.1f} s",
+            f"{stock['generation_tps']:.1f} tok/s",
+            f"{stock['peak_memory_gb']:.2f} GB",
+        ]
+    return [
+        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}",
+        f"{timed['generation_tps'] / stock['generation_tps']:.2f}x",
+        f"{timed['peak_memory_gb'] / stock['peak_memory_gb']:.2f}x",
+    ]
 
 
 def bench_table(paths: list[Path]) -> str:
@@ -286,6 +441,7 @@ def freeform_table(paths: list[Path]) -> str:
 
 
 TABLES = {
+    "card": card_table,
     "bench": bench_table,
     "eval": eval_table,
     "families": families_table,
