@@ -2,11 +2,14 @@
 
 On MLX's CUDA backend the engine's masked attention is written out (cuDNN's fused kernel builds a
 plan per shape). Its first form broadcast keys and values over each group of query heads that
-share them; the engine now stacks those heads as rows of one product instead. This times both on
-the shapes of an 8B Llama's decode step (1 query) and reviving step (1 + 16 revived), bf16, 50
-calls each after 3 untimed ones, twice in turn, and prints the largest difference between them.
+share them; the engine now stacks those heads as rows of one product instead. This times both
+on an 8B Llama's attention shapes (32 query heads, 8 kv heads, bf16) over 8k and 32k cached
+rows, for a step of 1 query, a reviving decode step (1 + 16 revived), and the larger steps of
+idle completion and of a prompt step that revives (512 and 2048 queries): 20 calls each after 3
+untimed ones, the two forms in turn twice (the second turn counts), and the largest
+difference between their outputs.
 
-    PYTHONPATH=/tmp/site python3 benchmarks/gpu/grouped_attention.py
+    PYTHONPATH=/tmp/site python3 benchmarks/gpu/grouped_attention.py --output $OUT/attention.json
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from __future__ import annotations
 import lazymlx  # noqa: F401  first: it sets MLX's CUDA cache checks before MLX starts
 
 # isort: split
+import argparse
+import json
 import time
 
 import mlx.core as mx
 
 from lazymlx.engine.blocks import _unfused_attention as stacked
+from lazymlx.evals.bench import header
 
 
 def broadcast(queries, keys, values, scale, mask):
@@ -33,30 +39,44 @@ def broadcast(queries, keys, values, scale, mask):
 
 
 def milliseconds(attention, *args) -> float:
+    """Mean wall time of one call, evaluated, after untimed calls that build MLX's kernels."""
     for _ in range(3):
         mx.eval(attention(*args))
     start = time.perf_counter()
-    for _ in range(50):
+    for _ in range(20):
         mx.eval(attention(*args))
-    return (time.perf_counter() - start) / 50 * 1e3
+    return (time.perf_counter() - start) / 20 * 1e3
 
 
 def main() -> None:
-    for rows in (8192, 32768):
-        for count in (1, 17):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    rows = []
+    for cached in (8192, 32768):
+        for count in (1, 17, 512, 2048):
             queries = mx.random.normal((1, 32, count, 128)).astype(mx.bfloat16)
-            keys, values = (mx.random.normal((1, 8, rows, 128)).astype(mx.bfloat16) for _ in "kv")
-            mask = mx.random.uniform(shape=(count, rows)) > 0.3
-            args = (queries, keys, values, 0.088, mask)
-            mx.eval(*args[:3], mask)
+            keys = mx.random.normal((1, 8, cached, 128)).astype(mx.bfloat16)
+            values = mx.random.normal((1, 8, cached, 128)).astype(mx.bfloat16)
+            mask = mx.random.uniform(shape=(count, cached)) > 0.3
+            mx.eval(queries, keys, values, mask)
+            inputs = (queries, keys, values, 0.088, mask)
             times = {}
             for name, attention in (("broadcast", broadcast), ("stacked", stacked)) * 2:
-                times[name] = milliseconds(attention, *args)  # the second turn's
-            diff = mx.abs(broadcast(*args).astype(mx.float32) - stacked(*args).astype(mx.float32))
-            print(
-                f"kv {rows} queries {count}: broadcast {times['broadcast']:.3f} ms, "
-                f"stacked {times['stacked']:.3f} ms, max diff {diff.max().item()}"
+                times[name] = milliseconds(attention, *inputs)
+            diff = mx.abs(
+                broadcast(*inputs).astype(mx.float32) - stacked(*inputs).astype(mx.float32)
             )
+            row = {"cached": cached, "queries": count, **times, "max_diff": diff.max().item()}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            mx.clear_cache()
+    with open(args.output, "w") as file:
+        json.dump(
+            {**header("8B Llama attention shapes, bf16"), "unit": "ms a layer", "rows": rows},
+            file,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":
