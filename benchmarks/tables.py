@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -50,13 +49,13 @@ def kept(row: dict) -> str:
     )
 
 
-CARD_MODES = [BASELINE, REFERENCE]
-for _preset in ("default", "fast"):
-    CARD_MODES += [f"lazy:{_preset}", f"lazy:{_preset}{NO_IDLE}"]
+CARD_MODES = [BASELINE, REFERENCE] + [
+    f"lazy:{preset}{suffix}" for preset in ("default", "fast") for suffix in ("", NO_IDLE)
+]
 
 
 def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict]:
-    """Bench rows by length (prompt tokens rounded up to a whole 1k) and mode, each with its
+    """Bench rows by length (prompt tokens to the nearest whole 1k) and mode, each with its own
     run's stock row; renames as in `records` (the first file wins)."""
     rows: dict[tuple[int, str], dict] = {}
     for path, modes in zip(paths, renames, strict=True):
@@ -64,8 +63,8 @@ def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], 
         stock = {r["prompt_tokens"]: r for r in run["rows"] if r["mode"] == BASELINE}
         for r in run["rows"]:
             mode = modes.get(r["mode"], r["mode"])
-            if mode is not None:
-                length = 1024 * math.ceil(r["prompt_tokens"] / 1024)
+            if mode is not None and r["prompt_tokens"] in stock:
+                length = 1024 * round(r["prompt_tokens"] / 1024)
                 rows.setdefault((length, mode), {**r, "stock": stock[r["prompt_tokens"]]})
     return rows
 
@@ -77,44 +76,44 @@ def card_table(paths: list[Path]) -> str:
     peak memory beside stock's. A card file names the model, its eval journals and its bench
     results, each with its modes' names then where a preset was renamed since ("modes":
     {then: now}; null leaves a mode out)."""
-    tables = []
-    for path in paths:
-        card = json.loads(path.read_text())
-        paths_of = {
-            kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")
-        }
-        renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
-        runs = records(paths_of["eval"], renames["eval"])
-        summary = _pooled_everywhere(summarize(runs))
-        bench = bench_rows(paths_of["bench"], renames["bench"])
-        evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}
-        lengths = sorted({n for n, _ in evals if n != ALL} | {n for n, _ in bench}) + [ALL]
-        lines = [
-            f"**{card['model']}**",
-            "",
-            "| length | mode | right of scored | kept of stock's right (95% CI) | gained | bar "
-            "| prefill computed | TTFT (bench) | decode | peak memory |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for length in lengths:
-            for mode in CARD_MODES:
-                row, timed = evals.get((length, mode)), bench.get((length, mode))
-                if row is None and timed is None:
-                    continue
-                stock = mode == BASELINE
-                cells = [
-                    str(length),
-                    mode,
-                    _accuracy(row, _stock_scored(runs, mode, length)),
-                    "—" if row is None or stock else kept(row),
-                    "—" if row is None or stock else str(row["gained"]),
-                    _bar(summary, row),
-                    "—" if row is None else f"{row['compute_fraction']:.0%}",
-                    *_speed(timed),
-                ]
-                lines.append("| " + " | ".join(cells) + " |")
-        tables.append("\n".join(lines))
-    return "\n\n".join(tables)
+    return "\n\n".join(_card(path) for path in paths)
+
+
+def _card(path: Path) -> str:
+    card = json.loads(path.read_text())
+    paths = {kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")}
+    renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
+    runs = records(paths["eval"], renames["eval"])
+    summary = _pooled_everywhere(summarize(runs))
+    bench = bench_rows(paths["bench"], renames["bench"])
+    evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}
+    lengths = sorted({n for n, _ in evals if n != ALL} | {n for n, _ in bench}) + [ALL]
+    lines = [
+        f"**{card['model']}**",
+        "",
+        "| length | mode | right of scored | kept of stock's right (95% CI) | gained | bar "
+        "| prefill computed | TTFT (bench) | decode | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for length in lengths:
+        stock_run = bench.get((length, BASELINE))
+        for mode in CARD_MODES:
+            row, timed = evals.get((length, mode)), bench.get((length, mode))
+            if row is None and timed is None:
+                continue
+            stock = mode == BASELINE
+            cells = [
+                str(length),
+                mode,
+                _accuracy(runs, row),
+                "—" if row is None or stock else kept(row),
+                "—" if row is None or stock else str(row["gained"]),
+                _bar(summary, row),
+                "—" if row is None else f"{row['compute_fraction']:.0%}",
+                *_speed(timed, stock_run),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _pooled_everywhere(summary: list[dict]) -> list[dict]:
@@ -127,29 +126,33 @@ def _pooled_everywhere(summary: list[dict]) -> list[dict]:
     return summary + [{**r, "length": ALL} for r in summary if r["mode"] in single]
 
 
-def _stock_scored(runs: list[Record], mode: str, length: int | str) -> int:
-    """How many scored cases stock ran in the families and lengths where `mode` ran any."""
-    groups = {(r.family, r.length) for r in runs if r.mode == mode and length in (ALL, r.length)}
-    return sum(
-        r.mode == BASELINE and r.baseline_correct is not None and (r.family, r.length) in groups
-        for r in runs
-    )
-
-
-def _accuracy(row: dict | None, stock_scored: int) -> str:
-    """Right answers of the scored cases; a run on stock's right answers only (--right-only)
-    did not run the rest, so its accuracy over all of stock's cases there is a lower bound."""
+def _accuracy(runs: list[Record], row: dict | None) -> str:
+    """Right answers of the scored cases the row ran. At a length where a run scored only cases
+    stock got right (--right-only), it skipped stock's wrong answers, so there the count is out
+    of all of stock's scored cases and the accuracy is a lower bound (≥)."""
     if row is None or not row["scored"]:
         return "—"
-    if row["scored"] < stock_scored:
-        return f"≥ {row['right']}/{stock_scored} (≥ {row['right'] / stock_scored:.0%})"
-    return f"{row['right']}/{row['scored']} ({row['accuracy']:.0%})"
+    mine = [r for r in runs if r.mode == row["mode"] and r.baseline_correct is not None]
+    right = scored = 0
+    bound = False
+    for length in {r.length for r in mine if row["length"] in (ALL, r.length)}:
+        here = [r for r in mine if r.length == length]
+        stock = [r for r in runs if r.mode == BASELINE and r.length == length]
+        stock_scored = sum(r.baseline_correct is not None for r in stock)
+        skipped = all(r.baseline_correct for r in here) and len(here) < stock_scored
+        skipped = skipped and not row["mode"].endswith(NO_IDLE)  # multi-turn families only
+        right += sum(bool(r.correct) for r in here)
+        scored += stock_scored if skipped else len(here)
+        bound = bound or skipped
+    if bound:
+        return f"≥ {right}/{scored} (≥ {right / scored:.0%})"
+    return f"{right}/{scored} ({right / scored:.0%})"
 
 
 def _bar(summary: list[dict], row: dict | None) -> str:
     """The bar of lazymlx calibrate, on these cases: the default (after completion) keeps
     min(97%, the reference's share) at each length and min(90%, the reference's share) in each
-    family pooled over lengths; `fast` keeps 90% overall."""
+    family pooled over lengths (its "all" row checks both); `fast` keeps 90% overall."""
     if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
         return "—"
     bar, mode, length = Bar(), row["mode"], row["length"]
@@ -158,28 +161,36 @@ def _bar(summary: list[dict], row: dict | None) -> str:
         for r in summary
         if r["mode"] == REFERENCE and r["kept_share"] is not None
     }
+    mine = [r for r in summary if r["mode"] == mode and r["kept_share"] is not None]
+    lengths = [
+        (f"at {r['length']}", r, min(bar.per_length, floor.get((ALL, r["length"]), 1.0)))
+        for r in mine
+        if r["family"] == ALL and r["length"] != ALL
+    ]
+    families = [
+        (r["family"], r, min(bar.per_family, floor.get((r["family"], ALL), 1.0)))
+        for r in mine
+        if r["family"] != ALL and r["length"] == ALL
+    ]
     if mode == "lazy:default" and length != ALL:
-        checks = [(ALL, row, min(bar.per_length, floor.get((ALL, length), 1.0)))]
+        checks = [c for c in lengths if c[1]["length"] == length]
     elif mode == "lazy:default":
-        checks = [
-            (r["family"], r, min(bar.per_family, floor.get((r["family"], ALL), 1.0)))
-            for r in summary
-            if r["mode"] == mode and r["length"] == ALL and r["family"] != ALL
-            if r["kept_share"] is not None
-        ]
+        checks = lengths + families
     elif mode == "lazy:fast" and length == ALL:
-        checks = [(ALL, row, bar.fast_overall)]
+        checks = [("", row, bar.fast_overall)]
     else:
         return "—"
-    family, worst, needed = min(checks, key=lambda check: check[1]["kept_share"] - check[2])
-    where = "" if family == ALL else f"{family} "
+    where, worst, needed = min(checks, key=lambda check: check[1]["kept_share"] - check[2])
+    if length != ALL:
+        where = ""
     met = worst["kept_share"] >= needed - 1e-9
-    kept_of = f"{worst['kept']}/{worst['baseline_right']}"
-    return f"{'met' if met else 'not met'}: {where}{kept_of} {'≥' if met else '<'} {needed:.0%}"
+    kept_of = f"{where} {worst['kept']}/{worst['baseline_right']}".strip()
+    return f"{'met' if met else 'not met'}: {kept_of} {'≥' if met else '<'} {needed:.0%}"
 
 
-def _speed(timed: dict | None) -> list[str]:
-    """Stock's TTFT, decode rate and peak memory, or a preset's against them (one bench run)."""
+def _speed(timed: dict | None, stock_run: dict | None) -> list[str]:
+    """Stock's TTFT, decode rate and peak memory, or a preset's against its own run's stock
+    (marked † where that run is not the one in the stock row above it)."""
     if timed is None:
         return ["—"] * 3
     stock = timed["stock"]
@@ -189,10 +200,11 @@ def _speed(timed: dict | None) -> list[str]:
             f"{stock['generation_tps']:.1f} tok/s",
             f"{stock['peak_memory_gb']:.2f} GB",
         ]
+    other_run = "" if stock_run is not None and stock_run["stock"] is stock else " †"
     return [
-        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}",
-        f"{timed['generation_tps'] / stock['generation_tps']:.2f}x",
-        f"{timed['peak_memory_gb'] / stock['peak_memory_gb']:.2f}x",
+        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}{other_run}",
+        f"{timed['generation_tps'] / stock['generation_tps']:.2f}x{other_run}",
+        f"{timed['peak_memory_gb'] / stock['peak_memory_gb']:.2f}x{other_run}",
     ]
 
 

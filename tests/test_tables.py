@@ -85,6 +85,11 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
         ],
     }
     (tmp_path / "bench.json").write_text(json.dumps(bench))
+    # another run at the same length, with its own stock: its ratio is against that one
+    other = json.loads(json.dumps(bench))
+    other["rows"][0].update(prompt_tokens=2050, generation_tps=5.0)
+    other["rows"][1].update(prompt_tokens=2050)
+    (tmp_path / "other.json").write_text(json.dumps(other))
     card = {
         "model": "tiny",
         "eval": [
@@ -94,11 +99,15 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
                 "modes": {"lazy:default": "lazy:fast", "lazy:default no-idle": None},
             },
         ],
-        "bench": [{"path": "bench.json", "modes": {"lazy:default": "lazy:fast"}}],
+        "bench": [
+            {"path": "bench.json", "modes": {"lazy:default": "lazy:fast"}},
+            {"path": "other.json"},
+        ],
     }
     rows = card_rows(tmp_path, card)
 
     assert rows["1024", "lazy:default"][5] == "met: 3/3 ≥ 97%"
+    assert rows["all", "lazy:default"][5] == "met: at 2048 3/4 ≥ 75%"
     # 3/4 at 2k: below the plain 97%, but stock's own 8-bit twin keeps no more there
     assert rows["2048", "lazy:default"][5] == "met: 3/4 ≥ 75%"
     assert rows["1024", "lazy:fast"][3].startswith("0/3 (0%")
@@ -108,12 +117,31 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
     # the bench row, renamed, beside its own run's stock
     assert rows["2048", "baseline"][7:] == ["20.0 s", "8.0 tok/s", "2.00 GB"]
     assert rows["2048", "lazy:fast"][7:] == ["2.50x at 48%", "1.25x", "0.95x"]
+    assert rows["2048", "lazy:default"][7:] == ["2.50x at 48% †", "2.00x †", "0.95x †"]
 
 
 def test_card_accuracy_of_a_right_only_run_is_a_lower_bound(tmp_path):
     rows = [record("baseline", 1024, s, s < 2, s < 2) for s in range(4)]
+    rows += [record("baseline", 1024, 9, False, False, family="twohop")]  # stock wrong: skipped
     rows += [record("lazy:default", 1024, s, True, True) for s in range(2)]  # --right-only
+    rows += [record("reference", 1024, s, s == 3, s < 2) for s in (2, 3)]  # a partial run
     card = {"model": "tiny", "eval": [{"path": journal(tmp_path / "j.jsonl", rows)}], "bench": []}
     shown = card_rows(tmp_path, card)
-    assert shown["1024", "baseline"][2] == "2/4 (50%)"
-    assert shown["1024", "lazy:default"][2] == "≥ 2/4 (≥ 50%)"
+    assert shown["1024", "baseline"][2] == "2/5 (40%)"
+    assert shown["1024", "lazy:default"][2] == "≥ 2/5 (≥ 40%)"
+    assert shown["1024", "reference"][2] == "1/2 (50%)"  # exact over the cases it ran
+
+
+def test_card_all_row_of_the_default_checks_lengths_and_families(tmp_path):
+    rows = []
+    for length in (1024, 2048):
+        for seed in range(10):
+            family = "passkey" if seed < 5 else "table"
+            rows.append(record("baseline", length, seed, True, True, family=family))
+            # one loss at 2k: 9/10 there (< 97%), 9/10 in passkey pooled (≥ 90%)
+            lost = length == 2048 and seed == 0
+            rows.append(record("lazy:default", length, seed, not lost, True, family=family))
+    card = {"model": "tiny", "eval": [{"path": journal(tmp_path / "j.jsonl", rows)}], "bench": []}
+    shown = card_rows(tmp_path, card)
+    assert shown["2048", "lazy:default"][5] == "not met: 9/10 < 97%"
+    assert shown["all", "lazy:default"][5] == "not met: at 2048 9/10 < 97%"
