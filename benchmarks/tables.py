@@ -156,19 +156,25 @@ def _bar(summary: list[dict], row: dict | None) -> str:
     if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
         return "—"
     bar, mode, length = Bar(), row["mode"], row["length"]
-    floor = {
-        (r["family"], r["length"]): r["kept_share"]
-        for r in summary
-        if r["mode"] == REFERENCE and r["kept_share"] is not None
-    }
+    reference = {(r["family"], r["length"]): r for r in summary if r["mode"] == REFERENCE}
+
+    def needed(plain: float, group: dict) -> float:
+        """The plain bar, or the reference's share where it ran on all of stock's right
+        answers the group holds (a reference run on fewer cases is not a floor for it)."""
+        floor = reference.get((group["family"], group["length"]))
+        if floor is None or floor["kept_share"] is None:
+            return plain
+        covers = floor["baseline_right"] >= group["baseline_right"]
+        return min(plain, floor["kept_share"]) if covers else plain
+
     mine = [r for r in summary if r["mode"] == mode and r["kept_share"] is not None]
     lengths = [
-        (f"at {r['length']}", r, min(bar.per_length, floor.get((ALL, r["length"]), 1.0)))
+        (f"at {r['length']}", r, needed(bar.per_length, r))
         for r in mine
         if r["family"] == ALL and r["length"] != ALL
     ]
     families = [
-        (r["family"], r, min(bar.per_family, floor.get((r["family"], ALL), 1.0)))
+        (r["family"], r, needed(bar.per_family, r))
         for r in mine
         if r["family"] != ALL and r["length"] == ALL
     ]

@@ -107,7 +107,8 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
     rows = card_rows(tmp_path, card)
 
     assert rows["1024", "lazy:default"][5] == "met: 3/3 ≥ 97%"
-    assert rows["all", "lazy:default"][5] == "met: at 2048 3/4 ≥ 75%"
+    # pooled over 1k and 2k the reference ran on 4 of the 7 right answers: no floor for them
+    assert rows["all", "lazy:default"][5] == "not met: passkey 6/7 < 90%"
     # 3/4 at 2k: below the plain 97%, but stock's own 8-bit twin keeps no more there
     assert rows["2048", "lazy:default"][5] == "met: 3/4 ≥ 75%"
     assert rows["1024", "lazy:fast"][3].startswith("0/3 (0%")
