@@ -369,3 +369,25 @@ $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases
 $lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default \
   --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
 $lazymlx bench -m $m -l 8k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_8k_default.json
+
+# 11. The cards (2026-11-27): the validation cases each shipped default had not run yet, and the
+#     8-bit reference where a default's loss needed a floor to be judged against; then one
+#     table per model (benchmarks/README.md opens with them). GPU runs: benchmarks/README.md, "GPU".
+m=qwen2.5-coder-0.5b
+v=$results/models/$m/validation_default_053_sparse.jsonl
+$lazymlx eval -m $m --split validation --families scored --lengths 8k --cases 1 --lazy default --right-only \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families lookalike --lengths 4k --cases 2 --lazy default --reference \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default --reference \
+  --baselines lazymlx/evals/baselines/$m.json --journal $v --resume
+m=gemma3-270m
+$lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default,fast --reference \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_sparse.jsonl --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 8k --cases 1 --lazy default --reference \
+  --right-only --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_sparse.jsonl --resume
+s() { $lazymlx eval -m smollm2-135m --split validation --baselines lazymlx/evals/baselines/smollm2-135m.json \
+    --journal $results/eval/validation.jsonl --resume --lazy none --reference --right-only "$@"; }
+s --families scored --lengths 2k
+s --families twohop --cases 60 --lengths 1k
+.venv/bin/python benchmarks/tables.py card $results/models/*/card.json
