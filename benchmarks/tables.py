@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lazymlx.evals.calibrate import Bar
+from lazymlx.evals.calibrate import Bar, default_checks, margin
 from lazymlx.evals.measure import BASELINE
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import NO_IDLE, Record, read_records
@@ -150,48 +150,28 @@ def _accuracy(runs: list[Record], row: dict | None) -> str:
 
 
 def _bar(summary: list[dict], row: dict | None) -> str:
-    """The bar of lazymlx calibrate, on these cases: the default (after completion) keeps
-    min(97%, the reference's share) at each length and min(90%, the reference's share) in each
-    family pooled over lengths (its "all" row checks both); `fast` keeps 90% overall."""
+    """The bar of lazymlx calibrate (`default_checks`), on these cases: the default after
+    completion at its length, or, in its "all" row, at every length and in every family; `fast`
+    keeps 90% overall. The worst group is named."""
     if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
         return "—"
-    bar, mode, length = Bar(), row["mode"], row["length"]
-    reference = {(r["family"], r["length"]): r for r in summary if r["mode"] == REFERENCE}
-
-    def needed(plain: float, group: dict) -> float:
-        """The plain bar, or the reference's share where it ran on all of stock's right
-        answers the group holds (a reference run on fewer cases is not a floor for it)."""
-        floor = reference.get((group["family"], group["length"]))
-        if floor is None or floor["kept_share"] is None:
-            return plain
-        covers = floor["baseline_right"] >= group["baseline_right"]
-        return min(plain, floor["kept_share"]) if covers else plain
-
-    mine = [r for r in summary if r["mode"] == mode and r["kept_share"] is not None]
-    lengths = [
-        (f"at {r['length']}", r, needed(bar.per_length, r))
-        for r in mine
-        if r["family"] == ALL and r["length"] != ALL
-    ]
-    families = [
-        (r["family"], r, needed(bar.per_family, r))
-        for r in mine
-        if r["family"] != ALL and r["length"] == ALL
-    ]
+    mode, length = row["mode"], row["length"]
+    lengths, families = default_checks(summary, mode)
     if mode == "lazy:default" and length != ALL:
-        checks = [c for c in lengths if c[1]["length"] == length]
+        checks = [check for check in lengths if check[0] == length]
     elif mode == "lazy:default":
-        checks = lengths + families
+        checks = [(f"at {n}", group, needed) for n, group, needed in lengths] + families
     elif mode == "lazy:fast" and length == ALL:
-        checks = [("", row, bar.fast_overall)]
+        checks = [(ALL, row, Bar().fast_overall)]
     else:
         return "—"
-    where, worst, needed = min(checks, key=lambda check: check[1]["kept_share"] - check[2])
-    if length != ALL:
-        where = ""
-    met = worst["kept_share"] >= needed - 1e-9
-    kept_of = f"{where} {worst['kept']}/{worst['baseline_right']}".strip()
-    return f"{'met' if met else 'not met'}: {kept_of} {'≥' if met else '<'} {needed:.0%}"
+    where, worst, needed = min(checks, key=margin)
+    met = margin((where, worst, needed)) >= -1e-9
+    group = "" if length != ALL or where == ALL else f"{where} "
+    return (
+        f"{'met' if met else 'not met'}: {group}{worst['kept']}/{worst['baseline_right']} "
+        f"{'≥' if met else '<'} {needed:.0%}"
+    )
 
 
 def _speed(timed: dict | None, stock_run: dict | None) -> list[str]:

@@ -412,6 +412,9 @@ def test_the_bar_is_relative_to_what_the_noise_floor_keeps():
     row = {r["mode"]: r for r in noisy.frontier}["lossy"]
     assert row["worst_length_bar"] == 0.8 and row["worst_family_bar"] == 0.8
     assert "reference" not in (noisy.chosen, noisy.fast)
+    # a reference run on half the cases is no floor for the other half
+    partial = [r for r in run("reference", 1.0, 2) if r.seed < 5]
+    assert choose([*candidates, *partial], Bar(0.97, 0.9, 0.9)).chosen is None
 
 
 def test_round_tripped_weights_are_close_and_cached_apart(tiny, tiny_model_dir, tmp_path):

@@ -98,17 +98,51 @@ class Calibration:
     records: list[Record]
 
 
+Check = tuple[object, dict, float]  # a group (its length or family), its summary row, its bar
+
+
+def default_checks(
+    rows: list[dict], mode: str, bar: Bar = Bar()
+) -> tuple[list[Check], list[Check]]:
+    """The groups the default's bar judges in `mode`'s summary rows: each length (families
+    pooled) against min(per_length, the reference's share there), and each scored family
+    (pooled over lengths, or at its one length) against min(per_family, the reference's share).
+    A reference share is a floor only for a group whose right answers the reference all ran:
+    one run on fewer cases says nothing about the others."""
+    reference = {(r["family"], r["length"]): r for r in rows if r["mode"] == REFERENCE}
+
+    def needed(plain: float, group: dict) -> float:
+        floor = reference.get((group["family"], group["length"]))
+        if floor is None or floor["kept_share"] is None:
+            return plain
+        if floor["baseline_right"] < group["baseline_right"]:
+            return plain
+        return min(plain, floor["kept_share"])
+
+    mine = [r for r in rows if r["mode"] == mode]
+    pooled = [r for r in mine if r["family"] == ALL and r["length"] != ALL]
+    families = [r for r in mine if r["family"] != ALL and r["length"] == ALL] or [
+        r for r in mine if r["family"] != ALL
+    ]
+    return (
+        [(r["length"], r, needed(bar.per_length, r)) for r in pooled],
+        [
+            (r["family"], r, needed(bar.per_family, r))
+            for r in families
+            if r["kept_share"] is not None
+        ],
+    )
+
+
+def margin(check: Check) -> float:
+    """How far a group sits above (or below) its bar; a group with no right answer at 0."""
+    _, row, needed = check
+    return (row["kept_share"] or 0.0) - needed
+
+
 def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     """The frontier of a calibration run, its default and its fast trade."""
     rows = summarize(records)
-    floor = {  # the reference's share per length and per family (pooled over lengths)
-        (r["family"], r["length"]): r["kept_share"]
-        for r in rows
-        if r["mode"] == REFERENCE and r["kept_share"] is not None
-    }
-
-    def needed(family: str, length: object, plain: float) -> float:
-        return min(plain, floor.get((family, length), 1.0))
 
     def cases(mode: str) -> set[tuple]:
         return {(r.family, r.length, r.seed) for r in records if r.mode == mode}
@@ -123,22 +157,12 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
         # but not chosen: its share would be over easier ground than the others'
         ran = cases(mode)
         covers = not is_candidate(mode) or ran >= every_case
-        mine = [row for row in rows if row["mode"] == mode]
-        pooled = [r for r in mine if r["family"] == ALL]
+        pooled = [r for r in rows if r["mode"] == mode and r["family"] == ALL]
         overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
-        lengths = [r for r in pooled if r["length"] != ALL]
-        families = [r for r in mine if r["family"] != ALL and r["length"] == ALL] or [
-            r for r in mine if r["family"] != ALL
-        ]
-        scored = [r for r in families if r["kept_share"] is not None]
-        # how far each length and family sits above (or below) its bar
-        length_bar = {r["length"]: needed(ALL, r["length"], bar.per_length) for r in lengths}
-        family_bar = {r["family"]: needed(r["family"], r["length"], bar.per_family) for r in scored}
-        worst_length = min(
-            lengths, key=lambda r: (r["kept_share"] or 0.0) - length_bar[r["length"]]
-        )
-        worst_family = min(
-            scored, key=lambda r: r["kept_share"] - family_bar[r["family"]], default=None
+        lengths, families = default_checks(rows, mode, bar)
+        worst_length, worst_family = (
+            min(lengths, key=margin),
+            min(families, key=margin, default=None),
         )
         frontier.append(
             {
@@ -148,16 +172,14 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
                 "kept": overall["kept"],
                 "baseline_right": overall["baseline_right"],
                 "kept_share": overall["kept_share"],
-                "worst_length": worst_length["length"],
-                "worst_length_share": worst_length["kept_share"],
-                "worst_length_bar": length_bar[worst_length["length"]],
-                "worst_family": worst_family["family"] if worst_family else None,
-                "worst_family_share": worst_family["kept_share"] if worst_family else None,
-                "worst_family_bar": family_bar[worst_family["family"]] if worst_family else None,
+                "worst_length": worst_length[0],
+                "worst_length_share": worst_length[1]["kept_share"],
+                "worst_length_bar": worst_length[2],
+                "worst_family": worst_family[0] if worst_family else None,
+                "worst_family_share": worst_family[1]["kept_share"] if worst_family else None,
+                "worst_family_bar": worst_family[2] if worst_family else None,
                 "cases": len(ran),
-                "meets_default": covers
-                and all((r["kept_share"] or 0) >= length_bar[r["length"]] - 1e-9 for r in lengths)
-                and all(r["kept_share"] >= family_bar[r["family"]] - 1e-9 for r in scored),
+                "meets_default": covers and all(margin(c) >= -1e-9 for c in lengths + families),
                 "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
             }
         )
