@@ -54,18 +54,21 @@ CARD_MODES = [BASELINE, REFERENCE] + [
 ]
 
 
-def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict]:
-    """Bench rows by length (prompt tokens to the nearest whole 1k) and mode, each with its own
-    run's stock row; renames as in `records` (the first file wins)."""
-    rows: dict[tuple[int, str], dict] = {}
+def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
+    """Bench rows by length (prompt tokens to the nearest whole 1k) and mode, then by the
+    prompt timed (passkey, code...), each with its own run's stock row; renames as in `records`
+    (the first file wins)."""
+    rows: dict[tuple[int, str], dict[str, dict]] = {}
     for path, modes in zip(paths, renames, strict=True):
         run = json.loads(path.read_text())
+        prompt = run.get("prompt", "passkey")
         stock = {r["prompt_tokens"]: r for r in run["rows"] if r["mode"] == BASELINE}
         for r in run["rows"]:
             mode = modes.get(r["mode"], r["mode"])
             if mode is not None and r["prompt_tokens"] in stock:
                 length = 1024 * round(r["prompt_tokens"] / 1024)
-                rows.setdefault((length, mode), {**r, "stock": stock[r["prompt_tokens"]]})
+                by_prompt = rows.setdefault((length, mode), {})
+                by_prompt.setdefault(prompt, {**r, "stock": stock[r["prompt_tokens"]]})
     return rows
 
 
@@ -96,7 +99,7 @@ def _card(path: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for length in lengths:
-        stock_run = bench.get((length, BASELINE))
+        stock_runs = bench.get((length, BASELINE), {})
         for mode in CARD_MODES:
             row, timed = evals.get((length, mode)), bench.get((length, mode))
             if row is None and timed is None:
@@ -110,7 +113,7 @@ def _card(path: Path) -> str:
                 "—" if row is None or stock else str(row["gained"]),
                 _bar(summary, row),
                 "—" if row is None else f"{row['compute_fraction']:.0%}",
-                *_speed(timed, stock_run),
+                *_speeds(timed, stock_runs),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -174,11 +177,24 @@ def _bar(summary: list[dict], row: dict | None) -> str:
     )
 
 
-def _speed(timed: dict | None, stock_run: dict | None) -> list[str]:
+def _speeds(timed: dict[str, dict] | None, stock_runs: dict[str, dict]) -> list[str]:
+    """`_speed` per prompt timed, the passkey's first, another prompt's named in its cell."""
+    if not timed:
+        return ["—"] * 3
+    order = sorted(timed, key=lambda prompt: (prompt != "passkey", prompt))
+    cells = [
+        [
+            (cell if prompt == "passkey" else f"{Path(prompt).name}: {cell}")
+            for cell in _speed(timed[prompt], stock_runs.get(prompt))
+        ]
+        for prompt in order
+    ]
+    return ["; ".join(column) for column in zip(*cells, strict=True)]
+
+
+def _speed(timed: dict, stock_run: dict | None) -> list[str]:
     """Stock's TTFT, decode rate and peak memory, or a preset's against its own run's stock
     (marked † where that run is not the one in the stock row above it)."""
-    if timed is None:
-        return ["—"] * 3
     stock = timed["stock"]
     if timed["mode"] == BASELINE:
         return [
@@ -194,10 +210,14 @@ def _speed(timed: dict | None, stock_run: dict | None) -> list[str]:
     ]
 
 
+def _yes_no(flag: bool | None) -> str:
+    return "—" if flag is None else "yes" if flag else "no"
+
+
 def bench_table(paths: list[Path]) -> str:
     lines = [
         "| model | prompt tokens | mode | TTFT (s), mean ± std | speedup | prefill computed "
-        "| decode tok/s | peak GB | passkey right | tokens = baseline's |",
+        "| decode tok/s | peak GB | answer right | tokens = baseline's |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path in paths:
@@ -209,7 +229,7 @@ def bench_table(paths: list[Path]) -> str:
                 + " "
                 f"| {r['speedup']:.2f}x "
                 f"| {r['compute_fraction']:.0%} | {r['generation_tps']:.1f} "
-                f"| {r['peak_memory_gb']:.2f} | {'yes' if r['answer_correct'] else 'no'} "
+                f"| {r['peak_memory_gb']:.2f} | {_yes_no(r['answer_correct'])} "
                 f"| {'yes' if r['answer_matches_baseline'] else 'no'} |"
             )
     return "\n".join(lines)

@@ -99,7 +99,12 @@ def bench(
         int, typer.Option("--repeats", "-r", min=1, help="Timed runs per row, after one warm-up.")
     ] = 1,
     prompt: Annotated[
-        str, typer.Option("--prompt", help="passkey (retrieval, default), random, or a text FILE.")
+        str,
+        typer.Option(
+            "--prompt",
+            help="A one-prompt task of the eval (passkey, the default; code, needle-docs, json, "
+            "lookalike...), random, or a text FILE.",
+        ),
     ] = "passkey",
     output: Output = "md",
 ) -> None:
@@ -421,7 +426,8 @@ def calibrate(
             "--candidates",
             help="Run only these candidates (comma-separated), e.g. to add cases for the ones "
             "still in contention; one that misses a case is shown but not chosen. A schedule "
-            "followed by ' sparse' (decode without revival) runs only when named here.",
+            "followed by ' sparse' (decode without revival) runs only when named here, and so "
+            "does any other schedule written like the listed ones ('0.3@24% 0.2@57%').",
         ),
     ] = None,
     baselines: Annotated[
@@ -460,7 +466,7 @@ def calibrate(
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor)."""
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import Bar, candidate_configs, candidate_strategies, choose
+    from lazymlx.evals.calibrate import Bar, candidate_config, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.models.registry import REGISTRY
 
@@ -488,7 +494,7 @@ def calibrate(
     model = head.get("model", model)
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
-    configs = candidate_configs(resolve_preset("default", model))
+    default = resolve_preset("default", model)
     names = ("default", "fast") if ship else (name, f"{name}-fast")
     for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
         if chosen is not None:
@@ -496,7 +502,7 @@ def calibrate(
             day = head.get("date") or datetime.date.today().isoformat()
             details = {"candidate": chosen, "bar": vars(bar), "date": day}
             keep = ship_preset if ship else save_preset
-            path = keep(model, preset, configs[chosen], details)
+            path = keep(model, preset, candidate_config(default, chosen), details)
             err.print(
                 f"[green]saved:[/] preset {preset!r} ({chosen}) for {head.get('model', model)} "
                 f"in {path}; use it with --lazy {preset}"

@@ -20,6 +20,7 @@ from lazymlx.evals.calibrate import SCHEDULES, Bar, candidate_strategies, choose
 from lazymlx.evals.families import (
     FAMILIES,
     KINDS,
+    SINGLE_PROMPT,
     VALIDATION_SEED,
     context_tokens,
     make_case,
@@ -54,6 +55,8 @@ def test_cases_are_deterministic_sized_and_plant_their_answer_once(tiny, family)
     if case.gold is not None:
         text = "".join(case.segments)
         assert case.gold in text and case.correct(f" {case.gold}.") and not case.correct("none")
+    # bench times the one-prompt families: one raw segment, fed as it is
+    assert (family in SINGLE_PROMPT) == (case.kind == "raw" and len(case.segments) == 1)
 
 
 def test_the_asked_fact_sweeps_depths_over_seeds(tiny):
@@ -324,8 +327,15 @@ def test_candidates_run_once_each_and_only_those_named():
     calibrated = replace(built_in, schedule=SCHEDULES["0.4@24% 0.4@57%"])
     chosen = candidate_strategies(calibrated, ["0.2@67%", "0.2@50%"])
     assert [s.mode for s in chosen] == ["0.2@67%", "0.2@50%"]
-    with pytest.raises(LazymlxError, match="no calibration candidate '0.9@10%'; candidates"):
-        candidate_strategies(built_in, ["0.9@10%"])
+    # any schedule written like the listed ones runs when named, sparse or not
+    harder, sparse = candidate_strategies(built_in, ["0.3@24% 0.15@57%", "0.9@10% sparse"])
+    assert harder.config == replace(built_in, schedule=((0.24, 0.3), (0.57, 0.15)))
+    assert sparse.config == replace(built_in, schedule=((0.1, 0.9),), decode="sparse")
+    assert candidate_strategies(built_in, ["0.2@67%"])[0].config == built_in  # listed: the same
+    with pytest.raises(LazymlxError, match="no calibration candidate 'fastest'; candidates"):
+        candidate_strategies(built_in, ["fastest"])
+    with pytest.raises(LazymlxError, match="keep ratio must be in"):
+        candidate_strategies(built_in, ["1.5@24%"])
 
 
 def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():

@@ -87,12 +87,17 @@ def test_bench_prompt_kinds(tiny, tmp_path: Path):
     assert len(bench_prompt(tokenizer, "random", 300).tokens) == 300
     passkey = bench_prompt(tokenizer, "passkey", 600)
     assert len(passkey.tokens) <= 600 and passkey.answer.isdigit()
+    code = bench_prompt(tokenizer, "code", 600)  # real source code, a constant asked
+    assert len(code.tokens) <= 600 and code.answer in tokenizer.decode(code.tokens)
+    assert code.tokens != passkey.tokens
     text = tmp_path / "doc.txt"
     text.write_text("the cat sat on the mat. " * 200)
     assert len(bench_prompt(tokenizer, str(text), 100).tokens) == 100
     with pytest.raises(LazymlxError, match=r"has \d+ tokens, fewer than the 100000 asked for"):
         bench_prompt(tokenizer, str(text), 100_000)
-    with pytest.raises(LazymlxError, match="neither passkey nor random nor a readable file"):
+    with pytest.raises(LazymlxError, match=r"neither a one-prompt task \(passkey, .*code"):
+        bench_prompt(tokenizer, "followup", 600)  # two turns: not one prompt to time
+    with pytest.raises(LazymlxError, match="nor a readable file"):
         bench_prompt(tokenizer, str(tmp_path / "missing.txt"), 100)
 
 

@@ -90,6 +90,11 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
     other["rows"][0].update(prompt_tokens=2050, generation_tps=5.0)
     other["rows"][1].update(prompt_tokens=2050)
     (tmp_path / "other.json").write_text(json.dumps(other))
+    # a real-text prompt timed too: its cells follow the passkey's, named
+    code = json.loads(json.dumps(bench)) | {"prompt": "code"}
+    code["rows"][0].update(ttft_s=30.0)
+    code["rows"][1].update(speedup=3.0, compute_fraction=0.47)
+    (tmp_path / "code.json").write_text(json.dumps(code))
     card = {
         "model": "tiny",
         "eval": [
@@ -102,6 +107,7 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
         "bench": [
             {"path": "bench.json", "modes": {"lazy:default": "lazy:fast"}},
             {"path": "other.json"},
+            {"path": "code.json", "modes": {"lazy:default": "lazy:fast"}},
         ],
     }
     rows = card_rows(tmp_path, card)
@@ -116,8 +122,16 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
     assert rows["all", "lazy:fast"][5] == "not met: 0/3 < 90%"
     assert not any(mode.endswith("no-idle") for _, mode in rows)
     # the bench row, renamed, beside its own run's stock
-    assert rows["2048", "baseline"][7:] == ["20.0 s", "8.0 tok/s", "2.00 GB"]
-    assert rows["2048", "lazy:fast"][7:] == ["2.50x at 48%", "1.25x", "0.95x"]
+    assert rows["2048", "baseline"][7:] == [
+        "20.0 s; code: 30.0 s",
+        "8.0 tok/s; code: 8.0 tok/s",
+        "2.00 GB; code: 2.00 GB",
+    ]
+    assert rows["2048", "lazy:fast"][7:] == [
+        "2.50x at 48%; code: 3.00x at 47%",
+        "1.25x; code: 1.25x",
+        "0.95x; code: 0.95x",
+    ]
     assert rows["2048", "lazy:default"][7:] == ["2.50x at 48% †", "2.00x †", "0.95x †"]
 
 

@@ -21,14 +21,14 @@ import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.families import make_case
+from lazymlx.evals.families import SINGLE_PROMPT, make_case
 from lazymlx.evals.measure import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.generation import encode_prompt
 from lazymlx.platform import backend, blas_name, device_name
 from lazymlx.prompts import holds_answer
 
-PROMPT_KINDS = ("passkey", "random")
-PASSKEY_SEED = 2  # the passkey at mid depth (0.5)
+PROMPT_KINDS = (*SINGLE_PROMPT, "random")
+PROMPT_SEED = 2  # the asked fact at mid depth (0.5)
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,15 @@ class BenchPrompt:
 
 
 def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPrompt:
-    """A prompt of about `length` tokens: a passkey retrieval, random tokens, or a text file's start.
+    """A prompt of about `length` tokens: one task of the eval (a passkey retrieval, a constant
+    asked of real source code, a fact in real documentation...), random tokens, or a text
+    file's start.
 
-    Retrieval is the default because random tokens say nothing about what pruning costs.
+    A task is the default because random tokens say nothing about what pruning costs, and its
+    gold answer checks each timed run's output.
     """
-    if kind == "passkey":
-        case = make_case("passkey", tokenizer, length, PASSKEY_SEED, "calibration")
+    if kind in SINGLE_PROMPT:
+        case = make_case(kind, tokenizer, length, PROMPT_SEED, "calibration")
         return BenchPrompt(encode_prompt(tokenizer, case.segments[0]).tolist(), case.gold)
     if kind == "random":
         special = max(tokenizer.all_special_ids, default=0) + 1
@@ -52,8 +55,8 @@ def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPr
     path = Path(kind).expanduser()
     if not path.is_file():
         raise LazymlxError(
-            f"--prompt {kind!r} is neither {' nor '.join(PROMPT_KINDS)} nor a readable file; "
-            "pass one of those or a path to a text file"
+            f"--prompt {kind!r} is neither a one-prompt task ({', '.join(PROMPT_KINDS)}) nor a "
+            "readable file; pass one of those or a path to a text file"
         )
     tokens = encode_prompt(tokenizer, path.read_text(errors="replace")).tolist()
     if len(tokens) < length:

@@ -16,6 +16,7 @@ re-decided without running anything.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -57,25 +58,40 @@ CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
 }
 
 
+_STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
+
+
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
-    """Every candidate's config, built from a model's default."""
+    """Every listed candidate's config, built from a model's default."""
     return {name: make(default) for name, make in CANDIDATES.items()}
+
+
+def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
+    """A candidate by name: a listed one, or any schedule written the way they are ("0.3@24%
+    0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; " sparse" after it decodes
+    without revival), so a model whose answers survive harder pruning can be tried on it."""
+    if name in CANDIDATES:
+        return CANDIDATES[name](default)
+    sparse = name.endswith(SPARSE)
+    steps = [_STEP.fullmatch(step) for step in name.removesuffix(SPARSE).split()]
+    if not steps or not all(steps):
+        raise LazymlxError(
+            f"no calibration candidate {name!r}; candidates are: {', '.join(CANDIDATES)}, or a "
+            "schedule written like them, e.g. '0.3@24% 0.2@57% sparse'"
+        )
+    pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
+    return replace(default, schedule=pairs, decode="sparse" if sparse else "revive")
 
 
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
     """The candidates to run, `only` those named if given. A default that equals a candidate (a
     calibrated model's) runs once, under the candidate's name, sparse or not: each run of a 4k
     case is minutes of CPU here."""
-    unknown = [name for name in only or [] if name not in CANDIDATES]
-    if unknown:
-        raise LazymlxError(
-            f"no calibration candidate {unknown[0]!r}; candidates are: {', '.join(CANDIDATES)}"
-        )
     made = candidate_configs(default)
     twin = next((n for n, config in made.items() if n != "default" and config == default), None)
     if only is None:  # the schedules, and the default under its twin's name if it has one
         only = [name for name in made if not name.endswith(SPARSE) or name == twin]
-    run = {name: config for name, config in made.items() if name in only}
+    run = {name: candidate_config(default, name) for name in only}
     if twin in run:
         run.pop("default", None)
     return [Strategy(name, config) for name, config in run.items()]

@@ -523,6 +523,10 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "freeform-chat": freeform_chat,
 }
 SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
+# One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
+SINGLE_PROMPT = tuple(
+    name for name in FAMILIES if name not in ("followup", "kept", "chat", "freeform-chat")
+)
 CHAT_FAMILIES = ("chat", "freeform-chat")  # through the chat template: none for a base model
 
 
