@@ -13,7 +13,9 @@ tokens (the worst of them: the share a layer must keep for all of them to go on,
 all), as tokens and as a share; "dropped" where an earlier layer let one go. Prefill only.
 
     .venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 1k,2k,4k,8k \\
-        --output benchmarks/results/models/qwen2.5-coder-0.5b/answer_rank.json
+        --cases 2,2,2,1 --output benchmarks/results/models/qwen2.5-coder-0.5b/answer_rank.json
+    .venv/bin/python benchmarks/answer_rank.py \\
+        --summary benchmarks/results/models/qwen2.5-coder-0.5b/answer_rank.json
 """
 
 from __future__ import annotations
@@ -100,8 +102,14 @@ def main() -> None:
     parser.add_argument("--lengths", default="1k,2k,4k,8k")
     parser.add_argument("--families", default=FAMILIES)
     parser.add_argument("--cases", default="2", help="cases a family at each length, or 2,2,2,1")
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", help="the JSON written as cases finish")
+    parser.add_argument("--summary", help="print the table of an earlier --output file, and stop")
     args = parser.parse_args()
+    if args.summary:
+        summary(json.loads(Path(args.summary).read_text())["rows"])
+        return
+    if not args.output:
+        parser.error("--output FILE is needed for a run (or --summary FILE)")
     model, tokenizer = lazymlx.load(args.model)
     config = resolve_preset(args.lazy, args.model)
     lengths = parse_lengths(args.lengths)
@@ -133,9 +141,9 @@ def summary(rows: list[dict]) -> None:
         if not seen:
             continue
         cells = [
-            statistics.median(r["ranked"] for r in seen),
+            round(statistics.median(r["ranked"] for r in seen)),
             max(r["rank"] for r in seen),
-            statistics.median(r["rank"] for r in seen),
+            round(statistics.median(r["rank"] for r in seen)),
             f"{max(r['share'] for r in seen):.1%}",
             f"{statistics.median(r['share'] for r in seen):.1%}",
             f"{len(here) - len(seen)} of {len(here)}",
