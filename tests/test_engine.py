@@ -124,20 +124,6 @@ def test_each_pair_is_computed_at_most_once(config, family):
         assert prompt_pairs > prefill_pairs  # decode brought pruned prompt tokens back
 
 
-def test_a_budget_caps_the_tokens_past_the_first_pruning_layer_only():
-    model = random_model("llama", num_layers=8)
-    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), budget=40)  # prunes at layers 2, 4
-    for length, past_first in ((60, 30), (200, 40)):  # half of 60 is under the budget
-        state = LazyState(model)
-        state.record = []
-        engine_greedy(model, random_tokens(length), 4, config, state)
-        computed = [len(positions) for _, positions in state.record[:8]]
-        # layers 3-4 get what the first prune kept, layers 5-7 half of that: the budget caps
-        # the first prune alone, so the share kept falls as the prompt grows past 80 tokens
-        assert computed == [length] * 3 + [past_first] * 2 + [past_first // 2] * 3
-        assert_each_pair_once_and_depths_agree(state)
-
-
 def test_stats_are_read_from_the_state(tiny):
     model, tokenizer = tiny
     prompt = random_tokens(120, vocab=200)

@@ -332,13 +332,6 @@ def test_candidates_run_once_each_and_only_those_named():
     assert harder.config == replace(built_in, schedule=((0.24, 0.3), (0.57, 0.15)))
     assert sparse.config == replace(built_in, schedule=((0.1, 0.9),), decode="sparse")
     assert candidate_strategies(built_in, ["0.2@67%"])[0].config == built_in  # listed: the same
-    (capped,) = candidate_strategies(built_in, ["0.5@24% 0.3@57% budget=1024 sparse"])
-    assert capped.config == replace(
-        built_in, schedule=((0.24, 0.5), (0.57, 0.3)), budget=1024, decode="sparse"
-    )
-    assert "at most 1024 tokens past the first" in capped.config.describe()
-    with pytest.raises(LazymlxError, match="no calibration candidate 'budget=1024'"):
-        candidate_strategies(built_in, ["budget=1024"])
     with pytest.raises(LazymlxError, match="no calibration candidate 'fastest'; candidates"):
         candidate_strategies(built_in, ["fastest"])
     with pytest.raises(LazymlxError, match="keep ratio must be in"):

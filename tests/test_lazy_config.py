@@ -20,8 +20,6 @@ from lazymlx.errors import LazymlxError
         ({"schedule": ((1.0, 0.5),)}, r"pruning depth must be in \[0, 1\), got 1.0"),
         ({"schedule": ((-0.1, 0.5),)}, r"pruning depth must be in \[0, 1\), got -0.1"),
         ({"keep_first": -1}, "keep_first must be >= 0"),
-        ({"budget": -1}, "budget must be >= 0, got -1"),
-        ({"budget": 1.5}, "budget must be a whole number, got 1.5"),
         ({"decode": "eager"}, "unknown decode mode 'eager'; choose one of: sparse, revive"),
         ({"revive": -1}, "revive must be >= 0, got -1"),
         ({"revive_steps": -1}, "revive_steps must be a whole number >= 0 or None, got -1"),

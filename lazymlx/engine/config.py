@@ -35,11 +35,6 @@ class LazyConfig:
     schedule: (depth fraction, keep ratio) pairs. At layer floor(depth × layers) the tokens present
         are ranked (see window, pool, selection) and the top ceil(ratio × n) go on. Ratios
         compound: (0.25, 0.5), (0.5, 0.5) leaves a quarter of the tokens after mid-depth.
-    budget: at most this many tokens go on past the first pruning layer (0: no cap), so the
-        share kept there shrinks once a prompt outgrows budget / ratio, and deeper ratios apply
-        to what is left: the work saved grows with the prompt. Worth it where the answer's rank
-        at that layer stays about the same number of tokens as prompts grow, not the same share
-        (benchmarks/answer_rank.py measures it).
     keep_first: the first tokens (attention sinks) are never pruned; the step's last token
         always goes on.
     window: tokens are scored by the attention the last `window` carried tokens pay them,
@@ -71,7 +66,6 @@ class LazyConfig:
     """
 
     schedule: tuple[tuple[float, float], ...] = ()
-    budget: int = 0
     keep_first: int = 0
     window: int = 1
     past_template: bool = False
@@ -85,7 +79,7 @@ class LazyConfig:
     complete: str = "fill"
 
     def __post_init__(self) -> None:
-        for name in ("budget", "keep_first", "window", "pool", "revive", "min_prompt"):
+        for name in ("keep_first", "window", "pool", "revive", "min_prompt"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
@@ -135,8 +129,6 @@ class LazyConfig:
         if not self.prunes:
             return "keep all tokens"
         steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
-        if self.budget:
-            steps += f", at most {self.budget} tokens past the first"
         if self.keep_first:
             steps += f", first {self.keep_first} kept"
         if self.min_prompt:
@@ -158,11 +150,9 @@ class LazyConfig:
         return f"{steps}, decode {decode}, later prompt steps revive {later}{idle}"
 
 
-def kept_count(ratio: float, present: int, budget: int = 0) -> int:
-    """How many of the `present` tokens a pruning layer keeping `ratio` lets go on, at most
-    `budget` of them where one is given."""
-    count = math.ceil(ratio * present)
-    return min(count, budget) if budget else count
+def kept_count(ratio: float, present: int) -> int:
+    """How many of the `present` tokens a pruning layer keeping `ratio` lets go on."""
+    return math.ceil(ratio * present)
 
 
 def _schedule(value) -> tuple[tuple[float, float], ...]:

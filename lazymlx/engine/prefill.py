@@ -195,8 +195,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
             continue
         own = carried.positions.size - carried.revived
         least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
-        budget = config.budget if layer == min(keep) else 0
-        k = max(kept_count(keep[layer], own, budget), least) if prune else own
+        k = max(kept_count(keep[layer], own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
         if k >= own and not carried.revived and not backlog:
             continue
@@ -245,8 +244,7 @@ def _revive(
     """
     state, ranker = step.state, step.ranker
     aux, num_layers = state.aux, state.num_layers
-    layers = state.pruning_layers(step.config)
-    keep, budget = layers[layer], step.config.budget if layer == min(layers) else 0
+    keep = state.pruning_layers(step.config)[layer]
     h, positions, revived = carried.h, carried.positions, carried.revived
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
@@ -254,7 +252,7 @@ def _revive(
     context_rows = rows[:split]
     shaped = ranker.shape_rows(scores, rows)
     context, back = shaped[:split], shaped[split : split + revived]
-    count = kept_count(keep, cache.rows, budget)
+    count = kept_count(keep, cache.rows)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []

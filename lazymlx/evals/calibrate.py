@@ -59,7 +59,6 @@ CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
 
 
 _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
-_BUDGET = re.compile(r"budget=(\d+)")
 
 
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
@@ -69,24 +68,19 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     """A candidate by name: a listed one, or any schedule written the way they are ("0.3@24%
-    0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "budget=1024" after it: at
-    most 1,024 tokens past the first; " sparse" last: decode without revival), so a model whose
-    answers survive harder pruning can be tried on it."""
+    0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; " sparse" after it decodes
+    without revival), so a model whose answers survive harder pruning can be tried on it."""
     if name in CANDIDATES:
         return CANDIDATES[name](default)
     sparse = name.endswith(SPARSE)
-    words = name.removesuffix(SPARSE).split()
-    budget = _BUDGET.fullmatch(words[-1]) if words else None
-    steps = [_STEP.fullmatch(word) for word in (words[:-1] if budget else words)]
+    steps = [_STEP.fullmatch(step) for step in name.removesuffix(SPARSE).split()]
     if not steps or not all(steps):
         raise LazymlxError(
             f"no calibration candidate {name!r}; candidates are: {', '.join(CANDIDATES)}, or a "
-            "schedule written like them, e.g. '0.3@24% 0.2@57% sparse' or "
-            "'0.5@24% 0.3@57% budget=1024 sparse'"
+            "schedule written like them, e.g. '0.3@24% 0.2@57% sparse'"
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
-    decode = "sparse" if sparse else "revive"
-    return replace(default, schedule=pairs, budget=int(budget[1]) if budget else 0, decode=decode)
+    return replace(default, schedule=pairs, decode="sparse" if sparse else "revive")
 
 
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
