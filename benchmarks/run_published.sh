@@ -391,3 +391,37 @@ s() { $lazymlx eval -m smollm2-135m --split validation --baselines lazymlx/evals
 s --families scored --lengths 2k
 s --families twohop --cases 60 --lengths 1k
 .venv/bin/python benchmarks/tables.py card $results/models/*/card.json
+
+# 12. The speed targets' missing measurements (2026-11-27): a real-text prompt beside the
+#     passkey (the eval's code family: a constant asked of real standard-library source), the
+#     shipped default at 16k, Gemma 3 at 8k; harder schedules for Gemma 3's `fast`; where the
+#     answer ranks at the pruning layers as the prompt grows (a ratio or a budget).
+$lazymlx bench -m qwen2.5-coder-0.5b -l 2k,8k --lazy default,fast --prompt code -n 16 -r 1 -o json \
+  > $results/models/qwen2.5-coder-0.5b/bench_code_2k_8k.json
+$lazymlx bench -m qwen2.5-coder-0.5b -l 16k --lazy default -n 16 -r 1 -o json \
+  > $results/models/qwen2.5-coder-0.5b/bench_16k_default.json
+$lazymlx bench -m gemma3-270m -l 8k --lazy default,fast -n 16 -r 1 -o json \
+  > $results/models/gemma3-270m/bench_8k.json
+m=gemma3-270m
+C="0.2@24% 0.5@57% sparse,0.1@24% 0.5@57% sparse"
+$lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --candidates "$C" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+for fc in "scored 1" "table 3"; do set -- $fc
+  $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --candidates "$C" --no-save \
+    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume; done
+$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --no-save
+#    The choice, 0.1@24% 0.5@57% sparse, shipped as Gemma's fast at commit 25c26d4 (--ship); run there:
+# $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy fast \
+#   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_fast_0105.jsonl --resume
+# $lazymlx bench -m $m -l 2k,8k --lazy fast -n 16 -r 1 -o json > $results/models/$m/bench_fast_0105_2k_8k.json
+#    (81% kept on validation: reverted at 8f09b97.)
+.venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 1k,2k,4k,8k --cases 2,2,2,1 \
+  --output $results/models/qwen2.5-coder-0.5b/answer_rank.json
+#    A token budget on Qwen's first prune, at commit 069e1d9 (LazyConfig.budget, reverted at be1dfa5):
+# m=qwen2.5-coder-0.5b
+# $lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 15 \
+#   --candidates "0.5@24% 0.3@57% budget=1024 sparse" --no-reference --no-save \
+#   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+.venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 4k --families lookalike --cases 15 \
+  --output $results/models/qwen2.5-coder-0.5b/answer_rank_lookalike_4k.json
+.venv/bin/python benchmarks/tables.py card $results/models/*/card.json
