@@ -405,11 +405,11 @@ $lazymlx bench -m gemma3-270m -l 8k --lazy default,fast -n 16 -r 1 -o json \
 m=gemma3-270m
 C="0.2@24% 0.5@57% sparse,0.1@24% 0.5@57% sparse"
 $lazymlx calibrate -m $m --lengths 1k --families scored --cases 3 --candidates "$C" --no-save \
-  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_harder_fast.jsonl --resume
 for fc in "scored 1" "table 3"; do set -- $fc
   $lazymlx calibrate -m $m --lengths 2k --families $1 --cases $2 --candidates "$C" --no-save \
-    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume; done
-$lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --no-save
+    --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_harder_fast.jsonl --resume; done
+$lazymlx calibrate -m $m --records $results/models/$m/calibration_harder_fast.jsonl --no-save
 #    The choice, 0.1@24% 0.5@57% sparse, shipped as Gemma's fast at commit 25c26d4 (--ship); run there:
 # $lazymlx eval -m $m --split validation --families scored --lengths 1k,2k --cases 2 --lazy fast \
 #   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_fast_0105.jsonl --resume
@@ -421,7 +421,7 @@ $lazymlx calibrate -m $m --records $results/models/$m/calibration.jsonl --no-sav
 # m=qwen2.5-coder-0.5b
 # $lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 15 \
 #   --candidates "0.5@24% 0.3@57% budget=1024 sparse" --no-reference --no-save \
-#   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration.jsonl --resume
+#   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_budget.jsonl --resume
 .venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 4k --families lookalike --cases 15 \
   --output $results/models/qwen2.5-coder-0.5b/answer_rank_lookalike_4k.json
 .venv/bin/python benchmarks/tables.py card $results/models/*/card.json
