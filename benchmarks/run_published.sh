@@ -422,6 +422,8 @@ $lazymlx calibrate -m $m --records $results/models/$m/calibration_harder_fast.js
 # $lazymlx calibrate -m $m --lengths 4k --families lookalike --cases 15 \
 #   --candidates "0.5@24% 0.3@57% budget=1024 sparse" --no-reference --no-save \
 #   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_budget.jsonl --resume
+$lazymlx eval -m gemma3-270m --split validation --families scored --lengths 8k --cases 1 --lazy fast --right-only \
+  --baselines lazymlx/evals/baselines/gemma3-270m.json --journal $results/models/gemma3-270m/validation_sparse.jsonl --resume
 .venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 4k --families lookalike --cases 15 \
   --output $results/models/qwen2.5-coder-0.5b/answer_rank_lookalike_4k.json
 .venv/bin/python benchmarks/tables.py card $results/models/*/card.json
