@@ -11,6 +11,9 @@ For each one-prompt case of the calibration split, the prompt step runs with the
 each pruning layer this records the rank, among the tokens ranked there, of the planted answer's
 tokens (the worst of them: the share a layer must keep for all of them to go on, pooling and
 all), as tokens and as a share; "dropped" where an earlier layer let one go. Prefill only.
+That bounds what a layer must keep, not what is enough: on Qwen2.5-Coder a token cap lost 4k
+look-alikes whose answers it kept (benchmarks/README.md, "Where the answer ranks as prompts
+grow").
 
     .venv/bin/python benchmarks/answer_rank.py --model qwen2.5-coder-0.5b --lengths 1k,2k,4k,8k \\
         --cases 2,2,2,1 --output benchmarks/results/models/qwen2.5-coder-0.5b/answer_rank.json
