@@ -324,7 +324,7 @@ def test_candidates_run_once_each_and_only_those_named():
     assert [s.mode for s in candidate_strategies(built_in)] == list(SCHEDULES)  # no twin
     other = replace(built_in, schedule=((0.3, 0.5),))
     assert [s.mode for s in candidate_strategies(other)] == ["default", *SCHEDULES]
-    calibrated = replace(built_in, schedule=SCHEDULES["0.4@24% 0.4@57%"])
+    calibrated = replace(built_in, schedule=((0.24, 0.4), (0.57, 0.4)))
     chosen = candidate_strategies(calibrated, ["0.2@67%", "0.2@50%"])
     assert [s.mode for s in chosen] == ["0.2@67%", "0.2@50%"]
     # any schedule written like the listed ones runs when named, sparse or not
@@ -341,7 +341,7 @@ def test_candidates_run_once_each_and_only_those_named():
 def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
     """Decode revival costs decode time and no prefill work, so at equal prefill work a schedule
     that decodes without it is the faster one, and it is chosen when it keeps the answers."""
-    calibrated = replace(PRESETS["default"], schedule=SCHEDULES["0.4@24% 0.4@57%"])
+    calibrated = replace(PRESETS["default"], schedule=((0.24, 0.4), (0.57, 0.4)))
     (sparse,) = candidate_strategies(calibrated, ["0.4@24% 0.4@57% sparse"])
     assert sparse.config == replace(calibrated, decode="sparse")
     # a name means one decode policy whatever the model's default decodes

@@ -17,7 +17,6 @@ re-decided without running anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import LazyConfig
@@ -36,42 +35,32 @@ from lazymlx.evals.summary import ALL, summarize
 # decoding; followed by " sparse" it does not, and decode costs about what stock's does. Sparse
 # candidates run only when named, once a schedule is chosen: whether decode revival earns its
 # cost is a question about that schedule, and each 4k case is minutes here.
-SCHEDULES = {
-    "0.2@67%": ((0.67, 0.2),),
-    "0.3@57%": ((0.57, 0.3),),
-    "0.6@24% 0.3@57%": ((0.24, 0.6), (0.57, 0.3)),
-    "0.5@24% 0.3@57%": ((0.24, 0.5), (0.57, 0.3)),
-    "0.4@24% 0.4@57%": ((0.24, 0.4), (0.57, 0.4)),
-    "0.6@24% 0.2@50%": ((0.24, 0.6), (0.5, 0.2)),
-    "0.2@50%": ((0.5, 0.2),),
-}
+SCHEDULES = (
+    "0.2@67%",
+    "0.3@57%",
+    "0.6@24% 0.3@57%",
+    "0.5@24% 0.3@57%",
+    "0.4@24% 0.4@57%",
+    "0.6@24% 0.2@50%",
+    "0.2@50%",
+)
 SPARSE = " sparse"
-CANDIDATES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
-    "default": lambda default: default,
-    **{
-        name + policy: lambda default, pairs=pairs, decode=decode: replace(
-            default, schedule=pairs, decode=decode
-        )
-        for name, pairs in SCHEDULES.items()
-        for policy, decode in (("", "revive"), (SPARSE, "sparse"))
-    },
-}
-
-
+CANDIDATES = ("default", *(name + policy for name in SCHEDULES for policy in ("", SPARSE)))
 _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
 
 
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
     """Every listed candidate's config, built from a model's default."""
-    return {name: make(default) for name, make in CANDIDATES.items()}
+    return {name: candidate_config(default, name) for name in CANDIDATES}
 
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
-    """A candidate by name: a listed one, or any schedule written the way they are ("0.3@24%
+    """A candidate by name: "default", or a schedule written as the listed ones are ("0.3@24%
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; " sparse" after it decodes
-    without revival), so a model whose answers survive harder pruning can be tried on it."""
-    if name in CANDIDATES:
-        return CANDIDATES[name](default)
+    without revival), listed or not, so a model whose answers survive harder pruning can be
+    tried on it."""
+    if name == "default":
+        return default
     sparse = name.endswith(SPARSE)
     steps = [_STEP.fullmatch(step) for step in name.removesuffix(SPARSE).split()]
     if not steps or not all(steps):
