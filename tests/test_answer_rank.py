@@ -5,18 +5,14 @@ from __future__ import annotations
 import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
 
 # isort: split
-import importlib.util
-from pathlib import Path
+from conftest import benchmark_script
 
 from lazymlx.engine import prefill
 from lazymlx.engine.config import PRESETS
 from lazymlx.evals.families import make_case
 from lazymlx.generation import encode_prompt
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("answer_rank", ROOT / "benchmarks" / "answer_rank.py")
-answer_rank = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(answer_rank)
+answer_rank = benchmark_script("answer_rank")
 
 
 def test_the_answer_is_found_and_ranked_at_every_pruning_layer(tiny):

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
-tables = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tables)
+from conftest import benchmark_script
+
+tables = benchmark_script("tables")
 
 
 def record(mode: str, length: int, seed: int, correct: bool, stock_right: bool, **extra) -> dict:
