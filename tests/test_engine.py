@@ -27,7 +27,7 @@ import lazymlx
 from lazymlx import LazyConfig, LazyState
 from lazymlx.engine import blocks, prefill
 from lazymlx.engine.cache import LazyKVCache
-from lazymlx.engine.config import SELECTIONS, kept_count
+from lazymlx.engine.config import SELECTIONS
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
@@ -36,6 +36,8 @@ REVIVING = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4)
 # prunes by configuration but keeps every token of a 150-token prompt: ceil(0.999 · 150) = 150,
 # so the prompt goes through the engine's own layer-major prefill, not the model's forward pass
 ENGINE_KEEP_ALL = LazyConfig(schedule=((0.5, 0.999),))
+# a floor above the prompt's length keeps every token at a hard schedule
+FLOORED = LazyConfig(schedule=((0.3, 0.1), (0.6, 0.1)), min_keep=512)
 
 
 def quantized(model):
@@ -56,7 +58,9 @@ def quantized(model):
     ],
     ids=["llama", "mistral", "qwen2", "qwen3", "gemma3", "untied-head", "quantized-4bit"],
 )
-@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine-prefill"])
+@pytest.mark.parametrize(
+    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+)
 @pytest.mark.parametrize("chunk", [2048, 32])
 def test_keep_all_reproduces_stock_mlx_lm(make_model, config, chunk):
     assert_keep_all_reproduces_stock(make_model(), random_tokens(150), config=config, chunk=chunk)
@@ -282,6 +286,7 @@ PROPERTY_MODEL = None
     chunk=st.sampled_from([7, 2048]),
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2)),
     prompt_revive=st.booleans(),
+    min_keep=st.sampled_from([0, 5, 40]),
 )
 def test_random_schedules_keep_every_invariant(
     schedule,
@@ -295,6 +300,7 @@ def test_random_schedules_keep_every_invariant(
     chunk,
     scoring,
     prompt_revive,
+    min_keep,
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
@@ -307,6 +313,7 @@ def test_random_schedules_keep_every_invariant(
         window=scoring[0],
         pool=scoring[1],
         prompt_revive=prompt_revive,
+        min_keep=min_keep,
     )
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL)
@@ -326,7 +333,7 @@ def test_random_schedules_keep_every_invariant(
         assert np.all(np.diff(computed) > 0)
         if layer + 1 < 5:
             n = len(computed)
-            kept = max(kept_count(keep[layer], n), forced) if layer in keep else n
+            kept = max(config.kept_count(keep[layer], n), forced) if layer in keep else n
             assert len(first[layer + 1]) == min(n, kept)
     depth = np.array(state.aux.depths())
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
@@ -624,7 +631,9 @@ def window_rows(state: LazyState) -> list[int]:
     return [cache.rows for cache in state.layers if cache.window is not None]
 
 
-@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine-prefill"])
+@pytest.mark.parametrize(
+    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+)
 def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
     """Gemma 3's local layers see the last 24 positions here: rows older than every query still
     to come are dropped, as stock's rotating cache drops them, and nothing else changes."""
@@ -672,8 +681,8 @@ def test_forgetting_out_of_window_rows_changes_no_pruned_answer(monkeypatch, con
         runs.append((engine_greedy(model, prompt, 48, config, state, chunk=64), state))
     (kept, kept_state), (forgot, forgot_state) = runs
     assert forgot[0] == kept[0]
-    for a, b in zip(forgot[1], kept[1], strict=True):
-        assert mx.abs(a - b).max().item() < 1e-5
+    for a, b in zip(forgot[1], kept[1], strict=True):  # fp32 sums over other row sets
+        assert mx.abs(a - b).max().item() < 1e-4
     assert sum(window_rows(forgot_state)) < sum(window_rows(kept_state))
     counts = pair_counts(forgot_state)
     depth = np.array(forgot_state.aux.depths())

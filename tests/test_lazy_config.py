@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.engine.config import kept_count
 from lazymlx.engine.presets import REMOVED, config_from_dict, resolve_preset
 from lazymlx.errors import LazymlxError
 
@@ -92,7 +91,7 @@ def scheduled_work(config: LazyConfig, tokens: int = 1000, layers: int = 30) -> 
     for layer in range(layers):
         work += present
         if layer in keep:
-            present = kept_count(keep[layer], present)
+            present = config.kept_count(keep[layer], present)
     return work
 
 
@@ -102,3 +101,15 @@ def test_fast_computes_less_than_the_default_with_the_same_scoring():
     # the same scoring; decode as each was validated (fast sparse, the default revives)
     assert (default.decode, fast.decode) == ("revive", "sparse")
     assert replace(fast, schedule=default.schedule, decode="revive") == default
+
+
+def test_min_keep_is_a_floor_of_tokens_at_each_prune():
+    floor = LazyConfig(schedule=((0.24, 0.5), (0.57, 0.3)), min_keep=256)
+    assert floor.kept_count(0.5, 500) == 256  # the floor, not the ratio's 250
+    assert floor.kept_count(0.3, 256) == 256  # a second prune keeps what reached it
+    assert floor.kept_count(0.5, 100) == 100  # never more than reach the layer
+    assert floor.kept_count(0.5, 2048) == 1024  # the ratio where it keeps more
+    assert LazyConfig().kept_count(0.3, 500) == 150
+    assert "at least 256 tokens" in floor.describe()
+    with pytest.raises(LazymlxError, match="min_keep must be >= 0"):
+        LazyConfig(min_keep=-1)

@@ -59,6 +59,9 @@ class LazyConfig:
         too, though their own tokens run whole (min_prompt).
     min_prompt: prompt steps (a prompt, a chat turn) of fewer tokens run whole: pruning them
         saves little and changes everyday answers.
+    min_keep: at each pruning layer at least this many tokens go on (all of them if fewer
+        reach it), so the ratios never starve the deep layers of a short prompt: a 500-token
+        prompt at 0.5 then 0.3 would leave 75 tokens there, and summaries of it loop.
     selection: how pruning layers rank tokens, one of SELECTIONS.
     complete: what idle time does with a pruned context kept for later turns (a chat, the
         server's kept conversations, a saved context), one of COMPLETIONS. It never delays an
@@ -75,11 +78,12 @@ class LazyConfig:
     revive_steps: int | None = 8
     prompt_revive: bool = True
     min_prompt: int = 0
+    min_keep: int = 0
     selection: str = "attention"
     complete: str = "fill"
 
     def __post_init__(self) -> None:
-        for name in ("keep_first", "window", "pool", "revive", "min_prompt"):
+        for name in ("keep_first", "window", "pool", "revive", "min_prompt", "min_keep"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
@@ -103,6 +107,10 @@ class LazyConfig:
     @property
     def prunes(self) -> bool:
         return any(ratio < 1 for _, ratio in self.schedule)
+
+    def kept_count(self, ratio: float, present: int) -> int:
+        """How many of the `present` tokens a pruning layer keeping `ratio` lets go on."""
+        return max(math.ceil(ratio * present), min(present, self.min_keep))
 
     def pruning_layers(
         self, num_layers: int, ranking: Sequence[int] | None = None
@@ -133,6 +141,8 @@ class LazyConfig:
             steps += f", first {self.keep_first} kept"
         if self.min_prompt:
             steps += f", prompts under {self.min_prompt} tokens whole"
+        if self.min_keep:
+            steps += f", at least {self.min_keep} tokens on past each prune"
         if self.selection != "attention":
             steps += f", {self.selection} selection"
         elif self.window > 1 or self.pool:
@@ -148,11 +158,6 @@ class LazyConfig:
         idle = f", idle time completes the context ({self.complete})"
         idle = "" if self.complete == "off" else idle
         return f"{steps}, decode {decode}, later prompt steps revive {later}{idle}"
-
-
-def kept_count(ratio: float, present: int) -> int:
-    """How many of the `present` tokens a pruning layer keeping `ratio` lets go on."""
-    return math.ceil(ratio * present)
 
 
 def _schedule(value) -> tuple[tuple[float, float], ...]:

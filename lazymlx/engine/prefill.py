@@ -27,7 +27,7 @@ import numpy as np
 
 from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.engine.cache import LazyKVCache, LazyState, causal_mask
-from lazymlx.engine.config import LazyConfig, kept_count
+from lazymlx.engine.config import LazyConfig
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 
@@ -195,7 +195,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
             continue
         own = carried.positions.size - carried.revived
         least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
-        k = max(kept_count(keep[layer], own), least) if prune else own
+        k = max(config.kept_count(keep[layer], own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
         if k >= own and not carried.revived and not backlog:
             continue
@@ -252,7 +252,7 @@ def _revive(
     context_rows = rows[:split]
     shaped = ranker.shape_rows(scores, rows)
     context, back = shaped[:split], shaped[split : split + revived]
-    count = kept_count(keep, cache.rows)
+    count = step.config.kept_count(keep, cache.rows)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []
