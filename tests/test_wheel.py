@@ -1,4 +1,5 @@
-"""A built wheel installs lazymlx, lazymlx.models and lazymlx.cli (and no bare `models`/`cli`)."""
+"""A built wheel installs lazymlx, lazymlx.models and lazymlx.cli (and no bare `models`/`cli`),
+with its data files, and neither it nor an editable install prints setuptools' warnings."""
 
 from __future__ import annotations
 
@@ -10,17 +11,48 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# what setuptools says of a folder inside a package that `packages` does not list (the data
+# folders were), 40 lines each, at every install and build
+UNLISTED = "is absent from the `packages` configuration"
+
+
+def completed(*command: str, cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+    return result
 
 
 def run(*command: str, cwd: Path) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    """The command's stdout; it must succeed."""
+    return completed(*command, cwd=cwd).stdout
+
+
+def printed(*command: str, cwd: Path) -> str:
+    """All the command printed, stdout and stderr (where a build's warnings go)."""
+    result = completed(*command, cwd=cwd)
+    return result.stdout + result.stderr
+
+
+def fresh_environment(where: Path) -> tuple[Path, Path]:
+    """A venv without lazymlx that sees this one's dependencies (no network): its python and
+    its site-packages."""
+    run(sys.executable, "-m", "venv", "--without-pip", str(where), cwd=where.parent)
+    python = where / "bin" / "python"
+    site = Path(
+        run(
+            str(python),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            cwd=where.parent,
+        ).strip()
+    )
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site
 
 
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path, tiny_model_dir: Path):
-    run(
+    build = printed(
         sys.executable,
         "-m",
         "build",
@@ -31,10 +63,10 @@ def test_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path, tiny_m
         str(REPO),
         cwd=tmp_path,
     )
+    assert UNLISTED not in build
     wheel = next((tmp_path / "dist").glob("lazymlx-*.whl"))
     fresh = tmp_path / "fresh"
-    run(sys.executable, "-m", "venv", "--without-pip", str(fresh), cwd=tmp_path)
-    python = fresh / "bin" / "python"
+    python, site = fresh_environment(fresh)
     run(
         sys.executable,
         "-m",
@@ -47,22 +79,13 @@ def test_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path, tiny_m
         str(wheel),
         cwd=tmp_path,
     )
-    site = Path(
-        run(
-            str(python),
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-            cwd=tmp_path,
-        ).strip()
-    )
     assert (site / "lazymlx" / "models" / "gguf.py").exists()
     assert (site / "lazymlx" / "cli" / "app.py").exists()
     assert not (site / "models").exists() and not (site / "cli").exists()
     # the registry models' data: calibrated presets and cached baselines
     assert (site / "lazymlx" / "engine" / "calibrated" / "smollm2-135m.json").exists()
     assert (site / "lazymlx" / "evals" / "baselines" / "smollm2-135m.json").exists()
-    # dependencies come from this environment, without the network; its editable lazymlx is not seen
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # dependencies come from this environment (deps.pth); its editable lazymlx is not seen
     where = run(
         str(python),
         "-c",
@@ -85,3 +108,15 @@ def test_wheel_installs_into_a_fresh_environment_and_runs(tmp_path: Path, tiny_m
         cwd=tmp_path,
     )
     assert '"prompt_tokens": 2' in out
+
+
+@pytest.mark.slow
+def test_an_editable_install_prints_no_setuptools_warning(tmp_path: Path):
+    """`make setup`'s install, quiet (`pip install -q -e .`), into a fresh environment."""
+    python, _ = fresh_environment(tmp_path / "fresh")
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+    install = printed(*install, "--no-deps", "--no-build-isolation", "-e", str(REPO), cwd=tmp_path)
+    assert UNLISTED not in install
+    # the data folders are read from the work tree: the shipped presets are found
+    check = "from lazymlx.engine.presets import calibrated; print(calibrated('smollm2-135m'))"
+    assert run(str(python), "-c", check, cwd=tmp_path).strip() == "True"
