@@ -6,11 +6,14 @@ BIN := $(VENV)/bin
 MODEL ?= smollm2-135m
 # the registry's models: the real-model tests run each of them
 MODELS ?= smollm2-135m qwen2.5-coder-0.5b gemma3-270m
+# `lazymlx` is installed in .venv, not on the PATH: said after setup and after the chat
+HINT := lazymlx is in $(BIN)/: run `source $(BIN)/activate` to type `lazymlx ...` (or call $(BIN)/lazymlx)
 
 .PHONY: chat test setup openblas model models lint
 
 chat: setup openblas model
 	$(BIN)/lazymlx chat --model $(MODEL)
+	@echo '$(HINT)'
 
 test: setup openblas models lint
 	$(BIN)/pytest
@@ -21,11 +24,14 @@ lint: setup
 
 setup: $(VENV)/.installed
 
+# An editable install of this layout (models/ and cli/ install inside lazymlx) makes setuptools
+# print a 10-line note about folders that share a package's name: nothing to act on, so not shown.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
+	@echo '$(HINT)'
 
 # MLX's Linux wheel links reference BLAS; lazymlx binds the system OpenBLAS when it exists.
 openblas: setup
