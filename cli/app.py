@@ -435,14 +435,11 @@ def generate(
         save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
 
 
-@models_app.command("list")
-def models_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead.")] = False,
-) -> None:
-    """Show the models the registry knows and those converted locally."""
-    from rich.table import Table
-
-    from lazymlx.models.registry import converted_dir, directory_size, local_models, models_dir
+def _model_rows() -> list[dict]:
+    """The registry's models, then other converted models in the cache (a GGUF's conversion,
+    a hub model): one dict each, as `models list --json` prints them."""
+    from lazymlx.engine.presets import calibrated
+    from lazymlx.models.registry import converted_dir, directory_size, local_models
 
     rows = []
     listed = set()
@@ -461,6 +458,7 @@ def models_list(
                 "layers": source.layers,
                 "context": source.context,
                 "kind": "instruct" if source.instruct else "base",
+                "calibrated": calibrated(name),
                 "bytes_on_disk": on_disk,
                 "path": str(target),
             }
@@ -469,28 +467,58 @@ def models_list(
         if path not in listed:
             rows.append(
                 {"name": path.name, "status": "ready", "description": "", "path": str(path)}
-                | {"bytes_on_disk": directory_size(path)}
+                | {"calibrated": calibrated(str(path)), "bytes_on_disk": directory_size(path)}
             )
-    if as_json:
-        write_text(json.dumps(rows, indent=1) + "\n")
-        return
-    table = Table(title=f"models in {models_dir()}", caption="lazymlx models pull NAME gets one")
-    for column in ("name", "family", "layers", "context", "kind", "on disk", "status"):
-        table.add_column(column, no_wrap=column == "name")
+    return rows
+
+
+def _models_table(rows: list[dict], title: str):
+    """The rows as a table that fits 80 columns, on a terminal or piped (rich takes 80 there):
+    borderless, one space between columns, every column but the name kept whole, and a long
+    name (a GGUF's conversion is named after the file, with a digest) folded onto more lines
+    rather than squeezing the others to `…`."""
+    from rich.table import Table
+
+    table = Table(
+        title=title,
+        caption="lazymlx models pull NAME gets one",
+        box=None,
+        collapse_padding=True,
+        pad_edge=False,
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("name", overflow="fold")
+    for column in ("family", "layers", "context", "kind", "presets", "on disk", "status"):
+        numbers = column in ("layers", "context", "on disk")
+        table.add_column(column, no_wrap=True, justify="right" if numbers else "left")
     for row in rows:
-        size = f"{row['bytes_on_disk'] / 1e9:.2f} GB" if row["bytes_on_disk"] else "-"
-        context = f"{row['context'] // 1024}k" if "context" in row else ""
-        status = "[green]ready[/]" if row["status"] == "ready" else row["status"]
         table.add_row(
             row["name"],
             row.get("family", ""),
             str(row.get("layers", "")),
-            context,
+            f"{row['context'] // 1024}k" if "context" in row else "",
             row.get("kind", ""),
-            size,
-            status,
+            "calibrated" if row["calibrated"] else "built-in",
+            f"{row['bytes_on_disk'] / 1e9:.2f} GB" if row["bytes_on_disk"] else "-",
+            "[green]ready[/]" if row["status"] == "ready" else row["status"],
         )
-    out.print(table)
+    return table
+
+
+@models_app.command("list")
+def models_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead.")] = False,
+) -> None:
+    """Show the models the registry knows and those converted locally, with whether each has
+    presets calibrated on it (others run the built-in rule)."""
+    from lazymlx.models.registry import models_dir
+
+    rows = _model_rows()
+    if as_json:
+        write_text(json.dumps(rows, indent=1) + "\n")
+        return
+    out.print(_models_table(rows, f"models in {models_dir()}"))
 
 
 @app.command()

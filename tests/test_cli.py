@@ -298,7 +298,42 @@ def test_models_list_json(capsys):
     code, out, _ = run_main(capsys, "models", "list", "--json")
     rows = json.loads(out)
     assert code == 0 and "smollm2-135m" in [row["name"] for row in rows]
-    assert {"name", "status", "description", "path"} <= set(rows[0])
+    assert {"name", "status", "description", "path", "calibrated"} <= set(rows[0])
+    assert rows[0]["calibrated"] is True  # every registry model ships calibrated presets
+
+
+@pytest.mark.parametrize("columns", ["80", None])
+def test_models_list_is_readable_at_80_columns_and_piped(tmp_path: Path, columns):
+    """A GGUF's conversion has a long name: it folds, and no other column is cut to `…`."""
+    long_name = "gguf-Qwen2.5-Coder-0.5B-Instruct-Q8_0-1a2b3c4d5e-fp32"
+    (tmp_path / long_name).mkdir()
+    (tmp_path / long_name / "config.json").write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["LAZYMLX_MODELS_DIR"] = str(tmp_path)
+    if columns:
+        env["COLUMNS"] = columns
+    listed = subprocess.run(
+        [LAZYMLX, "models", "list"], env=env, capture_output=True, text=True, check=True
+    ).stdout  # piped: not a terminal
+    lines = listed.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in listed
+    header = next(line for line in lines if line.startswith("name"))
+    assert header.split() == [
+        "name",
+        "family",
+        "layers",
+        "context",
+        "kind",
+        "presets",
+        "on",
+        "disk",
+        "status",
+    ]
+    assert any(line.split()[0] == "qwen2.5-coder-0.5b" and "calibrated" in line for line in lines)
+    first = next(i for i, line in enumerate(lines) if line.startswith("gguf"))
+    assert "built-in" in lines[first]  # presets: the built-in rule, not calibrated on it
+    caption = next(i for i, line in enumerate(lines) if line.startswith("lazymlx models pull"))
+    assert "".join(line.split()[0] for line in lines[first:caption]) == long_name
 
 
 def test_chat_reads_the_message_from_stdin_with_dash(tiny_model_dir: Path):
