@@ -288,10 +288,19 @@ class LLM:
         GENERATION_THREAD.call(self._follow)
 
     def close(self) -> None:
-        """Stop serving; rank 0 of a group tells the other ranks, which then return from follow()."""
+        """Stop serving: no more idle completion (the unit in progress is waited for, so nothing
+        of this LLM runs on the generation thread afterwards); rank 0 of a group tells the other
+        ranks, which then return from follow(). Closing twice is harmless."""
         GENERATION_THREAD.stop_idle(self._complete_unit)
-        if self.leads:
+        if self.leads and not self.closed:
             GENERATION_THREAD.call(self._stop)
+        self.closed = True
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def complete(self) -> None:
         """Finish completing the kept contexts now (idle time does it anyway, a unit at a time):
@@ -384,7 +393,7 @@ class LLM:
         stream.cached_tokens = context.reuse(request.tokens, self.model)
 
         def progress(done: int, total: int) -> None:
-            if collectives.anyone(stream.cancelled):  # every rank stops at the same layer
+            if collectives.anyone(_stopping(stream)):  # every rank stops at the same layer
                 raise Cancelled
             if request.on_progress is not None:
                 request.on_progress(done, total)
@@ -403,7 +412,7 @@ class LLM:
                 generated.append(response.token)
                 if request.logprobs is not None:
                     response = _with_logprobs(response, request.logprobs)
-                stop = collectives.anyone(stream.cancelled)  # and at the same token
+                stop = collectives.anyone(_stopping(stream))  # and at the same token
                 if stop and response.finish_reason is None:
                     response.finish_reason = "cancelled"
                 stream._emit(response)
@@ -416,6 +425,12 @@ class LLM:
             # back; a stock prefill stops between chunks); reuse trims to the cache's offset
             context.tokens = request.tokens + generated
             self.contexts.put(context)
+
+
+def _stopping(stream: Stream) -> bool:
+    """Whether a request should stop: cancelled, or the interpreter is exiting (the generation
+    thread must be out of MLX before it finalizes)."""
+    return stream.cancelled or GENERATION_THREAD.exiting
 
 
 def _message(request: _Request) -> dict[str, Any]:

@@ -206,6 +206,51 @@ def test_module_level_generate_from_threads_never_aborts_the_process(tiny_model_
         assert run.returncode == 0, run.stderr.decode()[-500:]
 
 
+EXITS = """
+import sys, lazymlx
+model, how = sys.argv[1:]
+prompt = "a document to keep and ask about later " * 20  # pruned: idle completion has work
+if how == "with":
+    with lazymlx.LLM(model) as llm:
+        print(llm.generate(prompt, max_tokens=3))
+else:
+    llm = lazymlx.LLM(model)
+    print(llm.generate(messages=[{"role": "user", "content": prompt}], max_tokens=3))
+    if how == "close":
+        llm.close()
+"""
+
+
+@pytest.mark.parametrize("how", ["end", "close", "with"])
+def test_a_script_using_llm_exits_cleanly_while_idle_completion_runs(tiny_model_dir, how):
+    """The script ends while the generation thread is completing its context: the thread is
+    parked at exit, not torn down inside MLX (that aborted with rc 134 in most runs)."""
+    for _ in range(3):
+        run = subprocess.run(
+            [sys.executable, "-c", EXITS, str(tiny_model_dir), how],
+            capture_output=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr.decode()[-500:]
+
+
+def test_exiting_stops_a_request_at_its_next_token(tiny_model_dir):
+    """A request still running at exit stops at its next token, so parking the thread does not
+    wait for the whole answer (the handler registered first runs after the park)."""
+    script = EXITS.split("if how")[0] + (
+        "import atexit\n"
+        "streams = []\n"
+        "atexit.register(lambda: print('made', streams[0].generated, flush=True))\n"
+        "streams.append(lazymlx.LLM(model).submit(prompt, max_tokens=1500))\n"
+        "next(iter(streams[0]))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_model_dir), "end"], capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr.decode()[-500:]
+    assert int(run.stdout.split()[-1]) < 1500
+
+
 def wait_for(condition, timeout: float = 60.0) -> bool:
     end = time.monotonic() + timeout
     while not condition():
