@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lazymlx.cli.console import PromptProgress, err, error_line, write_text
@@ -18,9 +20,37 @@ HELP = """commands:
   /save FILE   save the conversation and its computed context to FILE
   /load FILE   continue a conversation saved with /save (or --prompt-cache-file)
   /status      the conversation's size and how much of its context is computed
+  /set         the sampling settings (the chat starts with --temp, --top-p, ...)
+  /set NAME V  change one for the next answers: temp (0: greedy), top_p, top_k,
+               min_p, repetition_penalty (e.g. 1.1; 1: none), max_tokens
   /bye         leave (Ctrl-D works too)
-  \"\"\"          start and end a multi-line message (a paste is one message anyway)
-Ctrl-C stops the current answer; the conversation goes on."""
+  \"\"\"          start and end a multi-line message (a paste is one anyway)
+Ctrl-C stops the current answer (its stats line still shows); the chat goes on.
+An answer that repeats itself: Ctrl-C, then /set repetition_penalty 1.1."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A sampling setting `/set` changes: how its value reads, and which values it takes (the
+    command line's bounds for the same option, checked here so a bad value is refused at once
+    rather than failing the next answer)."""
+
+    parse: Callable[[str], float]
+    valid: Callable[[float], bool]
+    takes: str
+
+
+SETTINGS = {
+    "temp": Setting(float, lambda v: v >= 0, "a number >= 0 (0: greedy)"),
+    "top_p": Setting(float, lambda v: 0 < v <= 1, "a number above 0, at most 1"),
+    "top_k": Setting(int, lambda v: v >= 0, "a whole number >= 0 (0: all)"),
+    "min_p": Setting(float, lambda v: 0 <= v <= 1, "a number from 0 to 1"),
+    "repetition_penalty": Setting(float, lambda v: v > 0, "a number above 0 (1: none), e.g. 1.1"),
+    "max_tokens": Setting(int, lambda v: v >= 1, "a whole number >= 1"),
+}
+# the names ollama's chat and the command line's flags use for the same settings
+SETTING_ALIASES = {"temperature": "temp", "repeat_penalty": "repetition_penalty"}
+
 
 ReadLine = Callable[[str], str]
 
@@ -60,11 +90,13 @@ class LineReader:
         return self._counted[1]
 
 
-def stats_line(response: Response, verbose: bool = False) -> str:
+def stats_line(response: Response, verbose: bool = False, stopped: bool = False) -> str:
     """One dim line under an answer, within 80 columns: `TTFT 2.4 s · 541 tok (520 cached) ·
     48% of the work · 14 tok/s · 0.6 GB`. The work share (the conversation's (token, layer)
     work against stock's) shows only when pruning changed something, with the pruned tokens
-    this turn brought back. verbose: every figure, spelled out."""
+    this turn brought back. verbose: every figure, spelled out. stopped: the answer was cut
+    short (Ctrl-C), said after its decode speed in place of the peak memory, so the line keeps
+    its width and the TTFT of exactly the answers a user stops is not lost."""
     lazy = response.lazy if response.lazy and response.lazy.pruned else None
     cached = f" ({response.cached_tokens} cached)" if response.cached_tokens else ""
     if verbose:
@@ -77,6 +109,7 @@ def stats_line(response: Response, verbose: bool = False) -> str:
             f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok{cached}, "
             f"{response.prompt_tps:.1f} tok/s{work} · generation {response.generation_tokens} "
             f"tok, {response.generation_tps:.1f} tok/s · peak memory {response.peak_memory:.2f} GB"
+            + (" · answer stopped" if stopped else "")
         )
     ttft = f"{response.ttft_s:.1f}" if response.ttft_s >= 1 else f"{response.ttft_s:.2f}"
     parts = [f"TTFT {ttft} s", f"{response.prompt_tokens} tok{cached}"]
@@ -85,8 +118,11 @@ def stats_line(response: Response, verbose: bool = False) -> str:
     elif lazy:
         parts.append(f"{lazy.work_share:.0%} of the work")
     if response.generation_tokens > 1:
-        parts.append(f"{response.generation_tps:.0f} tok/s")
-    parts.append(f"{response.peak_memory:.1f} GB")
+        parts.append(f"{response.generation_tps:.0f} tok/s" + (", stopped" if stopped else ""))
+    elif stopped:
+        parts.append("stopped")
+    if not stopped:
+        parts.append(f"{response.peak_memory:.1f} GB")
     return " · ".join(parts)
 
 
@@ -108,20 +144,23 @@ def status_line(session: ChatSession) -> str:
 
 def answer(session: ChatSession, message: str, quiet: bool = False, verbose: bool = False) -> None:
     """Stream one reply to stdout, after a progress bar while a long prompt is computed, and its
-    stats to stderr (quiet: the reply only); Ctrl-C ends the reply, not the session."""
+    stats to stderr (quiet: the reply only); Ctrl-C ends the reply, not the session, and the
+    stats of what it answered so far still show, marked stopped."""
     last = None
+    stopped = False
     try:
         with PromptProgress(show=not quiet) as progress:
             for last in session.send(message, on_progress=progress):
                 progress.close()  # the first token: the bar gives way to the answer
                 write_text(last.text)
     except KeyboardInterrupt:
-        write_text("\n")
-        err.print("[dim]answer stopped[/]")
-        return
+        stopped = True
     write_text("\n")
-    if last is not None and not quiet:
-        err.print(stats_line(last, verbose), style="dim", soft_wrap=True)
+    if quiet or last is None:  # stopped before the first token: no answer, nothing timed
+        if stopped:
+            err.print("[dim]answer stopped[/]")
+        return
+    err.print(stats_line(last, verbose, stopped), style="dim", soft_wrap=True)
 
 
 def read_message(read_line: ReadLine) -> tuple[str, bool]:
@@ -169,6 +208,39 @@ class ChatFiles:
             self.save(self.path)
 
 
+def settings_line(session: ChatSession) -> str:
+    """The sampling settings the next answer uses (unset: stream_generate's default)."""
+    values = {name: session.generation.get(name, "default") for name in SETTINGS}
+    if values["repetition_penalty"] is None:
+        values["repetition_penalty"] = "none"
+    return " · ".join(f"{name} {value}" for name, value in values.items())
+
+
+def set_sampling(session: ChatSession, argument: str) -> None:
+    """`/set`: show the sampling settings; `/set NAME VALUE`: change one for the next answers
+    (what mlx-lm's make_sampler and make_logits_processors take, as the command line's flags)."""
+    if not argument:
+        err.print(settings_line(session), style="dim", markup=False, soft_wrap=True)
+        return
+    name, _, value = argument.partition(" ")
+    name = name.lower().replace("-", "_")
+    name = SETTING_ALIASES.get(name, name)
+    if name not in SETTINGS:
+        error_line(f"/set takes {', '.join(SETTINGS)}; got {name!r}")
+        return
+    setting, value = SETTINGS[name], value.strip()
+    try:
+        parsed = setting.parse(value)
+    except ValueError:
+        parsed = math.nan
+    if not (math.isfinite(parsed) and setting.valid(parsed)):
+        got = f"; got {value!r}" if value else ""
+        error_line(f"/set {name} takes {setting.takes}{got}")
+        return
+    session.generation[name] = parsed
+    err.print(f"{name} {parsed}", style="dim", markup=False)
+
+
 def run_command(session: ChatSession, command: str, files: ChatFiles | None = None) -> bool:
     """Carry out a slash command; False means leave the chat."""
     name, _, argument = command.strip().partition(" ")
@@ -194,6 +266,8 @@ def run_command(session: ChatSession, command: str, files: ChatFiles | None = No
                 error_line(str(error))
     elif name == "/status":
         err.print(status_line(session), style="dim", markup=False, soft_wrap=True)
+    elif name == "/set":
+        set_sampling(session, argument)
     elif name in ("/help", "/?"):
         err.print(HELP, markup=False)
     else:

@@ -148,6 +148,78 @@ def test_repl_survives_bad_commands_and_handles_multiline(tiny, capsys):
     assert session.messages == []  # /clear came after both
 
 
+def test_help_says_how_to_stop_a_runaway_answer(tiny, capsys):
+    repl(ChatSession(*tiny, max_tokens=3), scripted(["/help", "/bye"]))
+    err = capsys.readouterr().err
+    assert "Ctrl-C stops the current answer" in err
+    assert "/set repetition_penalty 1.1" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "value"),
+    [
+        ("/set temp 0.7", "temp", 0.7),
+        ("/set temperature 0.5", "temp", 0.5),  # ollama's name
+        ("/set top_p 0.9", "top_p", 0.9),
+        ("/set top-p 0.8", "top_p", 0.8),  # the flag's spelling
+        ("/set top_k 40", "top_k", 40),
+        ("/set min_p 0.05", "min_p", 0.05),
+        ("/set repetition_penalty 1.1", "repetition_penalty", 1.1),
+        ("/set repeat_penalty 1.2", "repetition_penalty", 1.2),  # ollama's name
+        ("/set max_tokens 64", "max_tokens", 64),
+    ],
+)
+def test_set_changes_a_sampling_setting_for_the_next_answers(tiny, capsys, command, name, value):
+    session = ChatSession(*tiny, max_tokens=3, temp=0.0, top_p=1.0, repetition_penalty=None)
+    repl(session, scripted([command, "/set", "/bye"]))
+    assert session.generation[name] == value
+    assert f"{name} {value}" in capsys.readouterr().err  # said when set, and in /set's list
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("/set temp -1", "/set temp takes a number >= 0 (0: greedy); got '-1'"),
+        ("/set top_p 0", "/set top_p takes a number above 0, at most 1; got '0'"),
+        ("/set top_k 2.5", "/set top_k takes a whole number >= 0 (0: all); got '2.5'"),
+        ("/set min_p nan", "/set min_p takes a number from 0 to 1; got 'nan'"),
+        ("/set repetition_penalty", "/set repetition_penalty takes a number above 0"),
+        ("/set max_tokens 0", "/set max_tokens takes a whole number >= 1; got '0'"),
+        ("/set warmth 3", "/set takes temp, top_p, top_k, min_p, repetition_penalty, max_tokens"),
+    ],
+)
+def test_set_refuses_a_bad_value_and_keeps_the_setting(tiny, capsys, command, message):
+    session = ChatSession(*tiny, max_tokens=3, temp=0.0, top_p=1.0, top_k=0, min_p=0.0)
+    before = dict(session.generation)
+    repl(session, scripted([command, "/bye"]))
+    assert message in capsys.readouterr().err
+    assert session.generation == before
+
+
+def test_set_repetition_penalty_stops_a_loop(tiny):
+    """The tiny model, greedy, repeats one token (a runaway answer); a penalty, through mlx-lm's
+    make_logits_processors, makes every token of the next answer differ."""
+    session = ChatSession(*tiny, max_tokens=12)
+    looping = [response.token for response in session.send("the cat")]
+    assert len(set(looping)) < len(looping)
+    repl(session, scripted(["/clear", "/set repetition_penalty 1000", "/bye"]))
+    tokens = [response.token for response in session.send("the cat")]
+    assert len(set(tokens)) == len(tokens) == 12
+
+
+def test_chat_takes_repetition_penalty_and_sampling_flags(tiny_model_dir: Path):
+    common = ["chat", "-m", str(tiny_model_dir), "-p", "the cat", "-n", "12", "-q"]
+    greedy = runner.invoke(app, common)
+    penalized = runner.invoke(app, [*common, "--repetition-penalty", "1000"])
+    sampled = [
+        runner.invoke(app, [*common, "--temp", "1", "--top-p", "0.9", "--seed", "3"])
+        for _ in range(2)
+    ]
+    assert greedy.exit_code == penalized.exit_code == sampled[0].exit_code == 0
+    assert penalized.stdout != greedy.stdout
+    assert sampled[0].stdout == sampled[1].stdout  # seeded
+
+
 def test_repl_ends_on_ctrl_d(tiny):
     session = ChatSession(*tiny, max_tokens=3)
     repl(session, scripted([EOFError()]))
@@ -166,8 +238,25 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
 
     monkeypatch.setattr(chat_module, "write_text", interrupted_once)
     repl(session, scripted(["the cat", "/bye"]))
-    assert "answer stopped" in capsys.readouterr().err
+    assert " · stopped" in capsys.readouterr().err
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
+
+
+def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, monkeypatch):
+    """The TTFT of exactly the answers a user stops (a runaway one) is not lost."""
+    session = ChatSession(*tiny, max_tokens=8)
+    written = []
+
+    def interrupted_at_the_third_token(text):
+        written.append(text)
+        if len(written) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(chat_module, "write_text", interrupted_at_the_third_token)
+    repl(session, scripted(["the cat", "/bye"]))
+    stats = [line for line in capsys.readouterr().err.splitlines() if "TTFT" in line]
+    assert len(stats) == 1 and stats[0].startswith("TTFT ") and stats[0].endswith(" tok/s, stopped")
+    assert " GB" not in stats[0]  # "stopped" takes the memory figure's place, within 80 columns
 
 
 @pytest.mark.parametrize(
@@ -574,6 +663,9 @@ def test_the_stats_line_fits_80_columns():
     )
     assert len(line) <= 80
     assert "320 pruned tokens revived" in stats_line(response, verbose=True)
+    stopped = stats_line(response, stopped=True)
+    assert stopped.endswith("14 tok/s, stopped") and len(stopped) <= 80
+    assert stats_line(response, verbose=True, stopped=True).endswith(" · answer stopped")
 
 
 def test_the_model_may_come_first_as_ollama_takes_it(tiny_model_dir: Path):
