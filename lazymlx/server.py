@@ -325,11 +325,16 @@ class _Request:
             yield item
 
     def waiting(self) -> str:
-        """What the request waits for, for the log and keep-alive comments."""
+        """What the request waits for, for the log and keep-alive comments. Before the prefill's
+        first report past 0 it gives the prompt's size alone: stock mlx-lm (`lazy: "off"`)
+        reports per 2,048-token chunk, so a shorter prompt's whole step would read `0/N`, as if
+        stuck."""
         if self.progress is None:
             return "queued"
+        if self.last is not None:
+            return "decoding"
         done, total = self.progress
-        return f"prefill {done}/{total} tokens" if self.last is None else "decoding"
+        return f"prefill {done}/{total} tokens" if done else f"prefill of {total} tokens"
 
     def log_waiting(self) -> None:
         elapsed = time.monotonic() - self.started

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import logging
@@ -26,7 +27,7 @@ import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.cli.app import app
 from lazymlx.llm import LLM
-from lazymlx.server import Limits, create_app, listen
+from lazymlx.server import Limits, _Request, create_app, listen
 
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
 CHAT = [{"role": "user", "content": "the cat sat on the mat"}]
@@ -485,6 +486,20 @@ def test_a_long_prefill_sends_keepalives_and_logs_its_progress(llm, client, capl
     )
     logged = [r.getMessage() for r in caplog.records if r.name == "lazymlx.server"]
     assert any(" prefill " in line and " tokens, " in line for line in logged)
+
+
+def test_waiting_gives_a_prefills_size_until_it_reports_progress():
+    """Stock mlx-lm reports a prefill per 2,048-token chunk: a 1,571-token prompt's whole step
+    was logged and kept alive as `prefill 0/1571 tokens`."""
+
+    async def waiting(progress: tuple[int, int] | None) -> str:
+        request = _Request("chatcmpl-1", "chat", keepalive_s=5.0)
+        request.progress = progress
+        return request.waiting()
+
+    assert asyncio.run(waiting(None)) == "queued"
+    assert asyncio.run(waiting((0, 1571))) == "prefill of 1571 tokens"
+    assert asyncio.run(waiting((406, 2437))) == "prefill 406/2437 tokens"
 
 
 def test_prompt_tokens_and_finish_reason_agree_across_cli_api_and_server(
