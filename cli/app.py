@@ -571,14 +571,22 @@ def serve(
 @models_app.command("pull")
 def models_pull(
     name: Annotated[
-        str,
+        str | None,
         typer.Argument(
+            metavar="NAME",
             help="A registry name (see `lazymlx models list`) or a Hugging Face hub id "
-            "(owner/name), as --model takes."
+            "(owner/name), as --model takes.",
+            show_default=False,
         ),
-    ] = DEFAULT_MODEL,
+    ] = None,
 ) -> None:
     """Download a model and convert it for MLX where needed, so --model NAME starts at once."""
+    if name is None:  # never a silent pull of the default: say what there is to pull
+        raise LazymlxError(
+            "name the model to pull: "
+            + ", ".join(f"{n} (the default)" if n == DEFAULT_MODEL else n for n in REGISTRY)
+            + ", or a hub id OWNER/NAME"
+        )
     from lazymlx.models.loading import resolve
 
     with conversion_progress() as progress:

@@ -270,6 +270,7 @@ def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, mon
         (["frobnicate"], "No such command 'frobnicate'", 2),
         (["generate", "-p", "  "], "the prompt is empty", 1),
         (["models", "pull", "gpt-17"], "unknown model 'gpt-17'; give a registry name", 1),
+        (["models", "pull"], "name the model to pull: smollm2-135m (the default), qwen2.5", 1),
         (
             [
                 "generate",
