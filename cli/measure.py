@@ -464,7 +464,15 @@ def calibrate(
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
-    (the bar relative to the noise floor)."""
+    (the bar relative to the noise floor).
+
+    A run is long. On every calibration case (by default 3 per family at 1k and 2k, 1 at 4k and
+    8k, in every family) it runs stock mlx-lm (a registry model's answers are cached), the 8-bit
+    reference (--no-reference skips it) and each candidate schedule (about eight; --candidates
+    names fewer), each a whole prompt step. On 2 CPU cores stock Qwen2.5-Coder-0.5B takes about
+    23 s per 1k prompt tokens (benchmarks/README.md), so a whole run there is hours: --lengths,
+    --families and --cases make it shorter, and --journal with --resume continues a stopped one.
+    """
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
     from lazymlx.evals.calibrate import Bar, candidate_config, candidate_strategies, choose
     from lazymlx.evals.runner import read_records, records_as_dicts

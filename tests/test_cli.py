@@ -488,6 +488,14 @@ def test_a_bad_message_in_chat_is_an_error_line_and_the_chat_goes_on(tiny, capsy
     assert [m["role"] for m in session.messages] == ["user", "assistant"]  # only the good turn
 
 
+def test_calibrate_help_says_what_a_run_runs_and_how_long_it_takes(capsys):
+    code, out, _ = run_main(capsys, "calibrate", "--help")
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0
+    assert "stock mlx-lm" in text and "8-bit reference" in text and "candidate schedule" in text
+    assert "23 s per 1k prompt tokens" in text and "hours" in text
+
+
 def test_help_shows_no_value_type_beside_flags(capsys):
     code, out, _ = run_main(capsys, "generate", "--help")
     assert code == 0 and "--json" in out and "--quiet" in out and "<bool>" not in out
