@@ -44,7 +44,8 @@ def cache_bytes(cache: Cache) -> int:
 
 @dataclass
 class Context:
-    """A cache and the tokens it was fed (the cache's offset may be ahead by a decode step)."""
+    """A cache and its tokens: those it holds between calls (`settle`), the prompt's during one
+    (`reuse`)."""
 
     cache: Cache
     tokens: list[int] = field(default_factory=list)
@@ -55,16 +56,50 @@ class Context:
 
     def reuse(self, tokens: list[int], model: nn.Module) -> int:
         """Trim to the longest prefix shared with `tokens`, keeping at least one token to feed
-        (the model must see the prompt's last token to answer); the tokens kept. A cache that
-        can't be trimmed that far (a rotating window) starts over."""
+        (the model must see the prompt's last token to answer); the tokens kept."""
         offset = cached_length(self.cache)
         keep = max(0, min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1))
-        if self.lazy and not self.cache.trimmable_to(keep):  # its windows forgot what's needed
-            self.cache, keep = LazyState(model), 0
-        elif trim_prompt_cache(self.cache, offset - keep) != offset - keep:  # a rotating cache
-            self.cache, keep = make_prompt_cache(model), 0
+        keep = self._trim_to(keep, model)
         self.tokens = list(tokens)
         return keep
+
+    def settle(self, fed: list[int], model: nn.Module) -> None:
+        """After a call that fed `fed` (the prompt, then the tokens generated) to the cache,
+        record what it holds: its tokens are then its rows, whatever stopped the call. An
+        interrupted lazy prompt step rolls back, a stock one stops between chunks (or, rarely,
+        between layers: the layers ahead are trimmed back), and a decode step may have fed a
+        token never returned (trimmed off), so the counts a chat shows, a saved file's metadata
+        and reuse all agree with the rows."""
+        if not self.lazy:
+            self.cache = _even_layers(self.cache, model)
+        held = self._trim_to(min(cached_length(self.cache), len(fed)), model)
+        self.tokens = list(fed[:held])
+
+    def _trim_to(self, keep: int, model: nn.Module) -> int:
+        """Cut the cache back to its first `keep` tokens; the tokens it then holds. A cache that
+        can't be trimmed that far (a window that forgot what is needed, a rotating cache)
+        starts over."""
+        offset = cached_length(self.cache)
+        if keep == offset:  # nothing to cut (a trim would still read every layer's positions)
+            return keep
+        if self.lazy and not self.cache.trimmable_to(keep):
+            self.cache, keep = LazyState(model), 0
+        elif trim_prompt_cache(self.cache, offset - keep) != offset - keep:
+            self.cache, keep = make_prompt_cache(model), 0
+        return keep
+
+
+def _even_layers(cache: list[Any], model: nn.Module) -> list[Any]:
+    """A stock cache whose layers all hold the same tokens: a forward pass stopped between
+    layers leaves the first ones a chunk ahead, trimmed back here (a cache that can't be
+    trimmed starts over)."""
+    shortest = min(entry.offset for entry in cache)
+    ahead = [entry for entry in cache if entry.offset > shortest]
+    if not all(entry.is_trimmable() for entry in ahead):
+        return make_prompt_cache(model)
+    for entry in ahead:
+        entry.trim(entry.offset - shortest)
+    return cache
 
 
 class ContextPool:

@@ -421,9 +421,7 @@ class LLM:
         except Cancelled:
             pass
         finally:
-            # what the cache holds is a prefix of these tokens (an interrupted lazy step rolls
-            # back; a stock prefill stops between chunks); reuse trims to the cache's offset
-            context.tokens = request.tokens + generated
+            context.settle(request.tokens + generated, self.model)
             self.contexts.put(context)
 
 

@@ -135,7 +135,7 @@ class ChatSession:
                 generated.append(response.token)
                 yield response
         finally:
-            self.context.tokens += generated
+            self.context.settle(tokens + generated, self.model)
             if generated:
                 self.messages.append({"role": "assistant", "content": "".join(reply)})
             else:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from mlx_lm.models.cache import load_prompt_cache
 
 import lazymlx
 from lazymlx import LazyConfig, LazyState
@@ -114,4 +117,99 @@ def test_a_message_too_long_for_the_context_loses_no_earlier_turn(tiny):
         list(session.send("a long pasted document " * 2000))
     assert session.messages == messages and session.context.tokens == tokens
     assert session.context.cache[0].offset == offset
+    assert list(session.send("and then?"))  # the chat goes on
+
+
+def interrupt_when(stop):
+    """A progress callback that raises KeyboardInterrupt (what Ctrl-C does) once `stop(done,
+    total, call)` holds."""
+    calls = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append(done)
+        if stop(done, total, len(calls)):
+            raise KeyboardInterrupt
+
+    return progress
+
+
+class LayerInterrupt:
+    """A model layer that raises KeyboardInterrupt on its `at`-th call: Ctrl-C landing while a
+    stock forward pass is built, after the earlier layers took the chunk."""
+
+    def __init__(self, layer, at: int) -> None:
+        self.layer, self.at, self.calls = layer, at, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.layer, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return self.layer(*args, **kwargs)
+
+
+def rows_held(session: ChatSession) -> int:
+    """The tokens every layer of the context holds (they must agree)."""
+    cache = session.context.cache
+    if session.context.lazy:
+        assert {layer.offset for layer in cache.layers} == {cache.offset}
+        assert cache.tokens == session.context.tokens  # the ids the rows were computed for
+        return cache.offset
+    (offset,) = {entry.offset for entry in cache}
+    return offset
+
+
+WHOLE = LazyConfig(schedule=PRUNING.schedule, min_prompt=4096)  # the model's own forward pass
+
+
+@pytest.mark.parametrize(
+    ("lazy", "where"),
+    [
+        (PRUNING, "layer"),  # the lazy prompt step, mid-way: it rolls back
+        (WHOLE, "first token"),  # a decode step fed the first token, never returned
+        (None, "chunk"),  # stock: the chunks done stay
+        (None, "first token"),
+        (None, "between layers"),
+    ],
+)
+def test_an_interrupted_prompt_leaves_counts_files_and_rows_agreeing(
+    tiny, tmp_path, capsys, lazy, where
+):
+    """Ctrl-C in a turn's prompt step: /status, a /save file's metadata, /load and the context's
+    rows all report the same tokens, and the chat goes on."""
+    from lazymlx.cli import chat as chat_module
+
+    model, tokenizer = tiny
+    session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=3, prefill_step_size=16)
+    files = chat_module.ChatFiles(session, "tiny", "off" if lazy is None else "test", None)
+    list(session.send("the cat"))
+    messages = list(session.messages)
+    stops = {
+        "layer": lambda done, total, call: call == 3,
+        "chunk": lambda done, total, call: call == 4,
+        "first token": lambda done, total, call: done == total,
+        "between layers": lambda done, total, call: False,
+    }
+    layers = model.model.layers
+    if where == "between layers":
+        layers[2] = LayerInterrupt(layers[2], at=3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(session.send("a pasted document " * 40, on_progress=interrupt_when(stops[where])))
+    finally:
+        layers[2] = getattr(layers[2], "layer", layers[2])
+    assert session.messages == messages  # the turn left no trace
+    held = rows_held(session)
+    assert held == len(session.context.tokens)
+    capsys.readouterr()
+    saved = tmp_path / "chat.safetensors"
+    for command in ("/status", f"/save {saved}", f"/load {saved}"):
+        chat_module.run_command(session, command, files)
+    err = " ".join(capsys.readouterr().err.split())  # as rich wrapped it, unwrapped
+    assert f"1 turn, {held} tokens in context" in err
+    assert f"loaded {saved}: 1 turn, {held} tokens" in err
+    _, metadata = load_prompt_cache(str(saved), return_metadata=True)
+    assert len(json.loads(metadata["tokens"])) == held == rows_held(session)
     assert list(session.send("and then?"))  # the chat goes on
