@@ -677,6 +677,27 @@ def test_the_stats_line_fits_80_columns():
     assert stats_line(response, verbose=True, stopped=True).endswith(" · answer stopped")
 
 
+def test_usage_shows_the_stats_line_as_the_chat_prints_it():
+    """usage.md's stats-line examples are what stats_line prints for their figures, in both
+    forms; its cached-tokens one quotes a real chat's (it showed figures no run printed)."""
+    from lazymlx.cli.chat import stats_line
+    from lazymlx.generation import LazyStats, Response
+
+    usage = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs" / "usage.md").read_text().split()
+    )
+    response = Response(
+        text="", token=1, logprobs=None, from_draft=False, prompt_tokens=541, prompt_tps=221.3,
+        generation_tokens=64, generation_tps=14.2, peak_memory=0.62, finish_reason="stop",
+        cached_tokens=520, ttft_s=2.41, lazy=LazyStats(0.48, 0, 1.0, (541,), 0, 0),
+    )  # fmt: skip
+    assert f"`{stats_line(response)}`" in usage
+    response.prompt_tokens, response.cached_tokens = 3320, 3295
+    assert "`3320 tok (3295 cached)`" in usage and "3320 tok (3295 cached)" in stats_line(response)
+    verbose = stats_line(response, verbose=True)
+    assert "`prompt 3320 tok (3295 cached)`" in usage and "prompt 3320 tok (3295 cached)" in verbose
+
+
 def test_the_model_may_come_first_as_ollama_takes_it(tiny_model_dir: Path):
     result = runner.invoke(app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--json"])
     assert result.exit_code == 0, result.output

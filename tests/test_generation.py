@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
+from pathlib import Path
+
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
@@ -9,7 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 import lazymlx
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response
+from lazymlx.generation import LazyStats, Response
 
 
 def test_stream_generate_yields_responses_with_ttft(tiny):
@@ -108,3 +112,49 @@ def test_prompt_tokens_count_the_cached_ones_too(tiny):
     held, more = cache[0].offset, tokenizer.encode(" on the mat")
     *_, last = lazymlx.stream_generate(model, tokenizer, more, max_tokens=2, prompt_cache=cache)
     assert last.cached_tokens == held > 0 and last.prompt_tokens == held + len(more)
+
+
+USAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
+
+
+def test_usage_lists_only_real_fields_of_response_lazy():
+    """usage.md listed `complete` (a LazyConfig field) among `Response.lazy`'s, which raised
+    AttributeError."""
+    text = " ".join(USAGE.read_text().split())
+    listed = text.split("Every lazy response carries `lazy`, read from the context:", 1)[1]
+    listed = listed.split("Supported families", 1)[0]
+    names = set(re.findall(r"`([a-z_]+)`", listed))
+    assert names and names <= {field.name for field in fields(LazyStats)}
+
+
+def test_a_lazy_state_takes_the_conversation_after_its_offset(tiny):
+    """usage.md's multi-turn recipe: the state holds `state.offset` tokens (the first prompt,
+    then every token generated), so the next call passes the conversation after them, and
+    answers as the whole conversation computed at once does."""
+    model, tokenizer = tiny
+    assert "conversation_tokens[state.offset:]" in USAGE.read_text()
+    messages = [{"role": "user", "content": "the cat"}]
+    turn_1 = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    state = lazymlx.LazyState(model)
+    answer = [
+        r.token
+        for r in lazymlx.stream_generate(
+            model, tokenizer, turn_1, max_tokens=5, lazy="default", prompt_cache=state
+        )
+    ]
+    assert state.offset == len(turn_1) + len(answer)
+    messages += [
+        {"role": "assistant", "content": tokenizer.decode(answer)},
+        {"role": "user", "content": "and the dog"},
+    ]
+    conversation = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    assert conversation[: state.offset] == turn_1 + answer
+    kept = lazymlx.generate(
+        model,
+        tokenizer,
+        conversation[state.offset :],
+        max_tokens=5,
+        lazy="default",
+        prompt_cache=state,
+    )
+    assert kept == lazymlx.generate(model, tokenizer, conversation, max_tokens=5, lazy="default")
