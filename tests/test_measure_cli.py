@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from lazymlx.cli.app import app, main
 from lazymlx.engine.presets import presets_file, resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.bench import bench_prompt
+from lazymlx.evals.bench import bench, bench_prompt
 
 runner = CliRunner()
 
@@ -310,3 +310,14 @@ def test_a_base_model_without_a_chat_template_skips_the_chat_families(
     )
     assert data["skipped"] == "chat, freeform-chat: the model has no chat template"
     assert {case["family"] for case in data["cases"]} == {"passkey"}
+
+
+def test_bench_progress_names_the_prompt_length_its_table_gives(tiny):
+    model, tokenizer = tiny
+    said: list[str] = []
+    rows = bench(model, tokenizer, [600], [], gen_len=2, on_run=said.append)
+    tokens = rows[0]["prompt_tokens"]
+    assert tokens < 600 and said == [
+        f"{tokens} tokens, warm-up baseline",
+        f"{tokens} tokens, baseline, run 1/1",
+    ]

@@ -103,13 +103,15 @@ def bench(
         prompt = bench_prompt(tokenizer, prompt_kind, length)
         for strategy in strategies:
             if on_run:
-                on_run(f"warm-up {strategy.mode}")
+                on_run(f"{len(prompt.tokens)} tokens, warm-up {strategy.mode}")
             run_once(model, tokenizer, prompt.tokens, 2, strategy.config)
         runs: dict[str, list[Run]] = {s.mode: [] for s in strategies}
         for repeat in range(repeats):
             for strategy in strategies:
                 if on_run:
-                    on_run(f"{length} tokens, {strategy.mode}, run {repeat + 1}/{repeats}")
+                    on_run(
+                        f"{len(prompt.tokens)} tokens, {strategy.mode}, run {repeat + 1}/{repeats}"
+                    )
                 runs[strategy.mode].append(
                     run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
                 )
