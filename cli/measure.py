@@ -145,6 +145,17 @@ def accuracy_cell(row: dict) -> str:
     return cell
 
 
+def open_cell(row: dict) -> str:
+    """e.g. '0.91 [0.84-0.97], 1 loop': open-ended answers' mean similarity to stock's (ROUGE-L,
+    or a code line's edit similarity) with its 95% interval, and answers that loop where
+    stock's do not."""
+    if row["score"] is None:
+        return "—"
+    low, high = row["score_interval"]
+    loops = row["new_loops"]
+    return f"{row['score']:.2f} [{low:.2f}-{high:.2f}], {loops} loop{'s' * (loops != 1)}"
+
+
 def kept_cell(row: dict) -> str:
     """e.g. '12/13 92% [67-99%]': answers kept of the baseline's right ones, with the 95% interval;
     for free-form cases, e.g. '17.8 tok [10.8-25.0]': leading tokens agreeing with the baseline's."""
@@ -168,6 +179,7 @@ EVAL_COLUMNS: list[Column] = [
     ("kept_cell", "kept or free-form agreement [95% CI]", str),
     ("gained", "gained", str),
     ("accuracy_cell", "accuracy (vs stock [95% CI])", str),
+    ("open_cell", "open-ended vs stock [95% CI], new loops", str),
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "work vs stock", percent),
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
@@ -263,6 +275,7 @@ def _emit_eval(output: str, head: dict, records) -> None:
     for row in rows:
         row["kept_cell"] = kept_cell(row)
         row["accuracy_cell"] = accuracy_cell(row)
+        row["open_cell"] = open_cell(row)
     emit(output, head, rows, EVAL_COLUMNS, cases=records_as_dicts(records))
 
 
@@ -381,6 +394,8 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("worst_family", "worst family", str),
     ("worst_family_share", "its share", _share),
     ("worst_family_bar", "its bar", _share),
+    ("worst_open_family", "worst open family", str),
+    ("worst_open_gap", "its score vs the floor's", lambda v: "—" if v is None else f"{v:+.2f}"),
     ("meets_default", "default's bar", yes_no),
     ("meets_fast", "fast's bar", yes_no),
 ]

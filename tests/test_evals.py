@@ -16,10 +16,12 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
 from lazymlx.evals.baselines import BaselineCache, fingerprint
-from lazymlx.evals.calibrate import SCHEDULES, Bar, candidate_strategies, choose
+from lazymlx.evals.calibrate import SCHEDULES, Bar, candidate_strategies, choose, open_gaps
 from lazymlx.evals.families import (
     FAMILIES,
+    JUDGES,
     KINDS,
+    OPEN,
     SINGLE_PROMPT,
     VALIDATION_SEED,
     context_tokens,
@@ -37,7 +39,15 @@ from lazymlx.evals.runner import (
     right_cases,
     run_case,
 )
-from lazymlx.evals.scoring import bootstrap_interval, common_prefix, wilson
+from lazymlx.evals.scoring import (
+    bootstrap_interval,
+    common_prefix,
+    edit_similarity,
+    first_line,
+    loops,
+    rouge_l,
+    wilson,
+)
 from lazymlx.evals.summary import ALL, summarize
 
 LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
@@ -451,3 +461,90 @@ def test_round_tripped_weights_are_close_and_cached_apart(tiny, tiny_model_dir, 
     assert [r.mode for r in records] == ["baseline", REFERENCE]
     assert len(json.loads(path.read_text())["entries"]) == 2  # one more entry, keyed apart
     assert BaselineCache(floor_model, path).get(case) is not None  # read back, not run again
+
+
+# --- open-ended answers ---------------------------------------------------------------------
+
+
+def test_open_scores_measure_closeness_to_stock_and_loops():
+    assert rouge_l("The cat sat on the mat.", "the cat sat on the mat") > 0.9
+    assert rouge_l("a b c d", "e f g h") == 0 and rouge_l("", "") == 1
+    assert 0.5 < rouge_l("- Fixes tests\n- Docs", "- Fixes tests\n- Speed") < 1
+    assert edit_similarity("return x", "return y") > 0.8 > edit_similarity("pass", "return y")
+    assert first_line("\n   x = 1\ny = 2") == "x = 1"
+    # what a starved model wrote (issue 53), and what stock wrote
+    assert loops("- Fixes since v2.7.2\n" + "- Fixes tests\n" * 6)
+    assert loops("out of the function that reads the function that reads the function that reads")
+    assert not loops("- Fixes since v2.7.2\n- Many codepaths forget to check return values\n- ...")
+    assert not loops("It is what it is, and that is that.")
+
+
+@pytest.mark.parametrize("family", OPEN)
+def test_open_cases_are_judged_against_stocks_own_answer(tiny, family):
+    _, tokenizer = tiny
+    case = make_case(family, tokenizer, LENGTH, 0, "calibration")
+    assert case.gold is None and case.judge in JUDGES and case.max_tokens >= 64
+    stock = "- The module reads files\n- It writes them back\n- Errors are raised"
+    assert case.correct(stock, stock)  # stock keeps its own answer
+    assert case.correct(stock.replace("back", "out"), stock)
+    assert not case.correct("Something else entirely, about cats.", stock)
+    if case.judge == "text":
+        assert not case.correct("- The module reads files" + "\n- It writes" * 8, stock)
+        assert case.correct("- It writes" * 8, "- It writes" * 8)  # stock loops too: no loss
+        assert case.kind == "chat" and case.segments[0].startswith(case.segments[0][:20])
+    else:  # code: the next line of a real file, the prompt cut after a whole line
+        assert case.source == "code" and case.segments[0].endswith("\n") and case.target
+        assert case.target not in case.segments[0][-len(case.target) - 2 :]
+        assert case.similarity(case.target + "\n  more", case.target) == 1
+    assert (
+        len({make_case(family, tokenizer, LENGTH, s, "validation").segments for s in (0, 1)}) == 2
+    )
+
+
+def test_open_records_tally_their_scores_and_new_loops():
+    def row(mode, seed, score, looped):
+        r = _record("summary", 512, mode, score >= 0.5, True)
+        return replace(r, seed=seed, score=score, looped=looped)
+
+    records = [row("baseline", 0, 1.0, False), row("baseline", 1, 1.0, True)]
+    records += [row("lazy:x", 0, 0.2, True), row("lazy:x", 1, 0.9, True)]
+    rows = {(r["mode"], r["length"]): r for r in summarize(records)}
+    mine = rows["lazy:x", 512]
+    assert mine["score"] == pytest.approx(0.55) and mine["new_loops"] == 1  # stock looped on #1
+    assert mine["score_interval"][0] <= 0.55 <= mine["score_interval"][1]
+    assert rows["baseline", 512]["score"] == 1 and rows["baseline", 512]["new_loops"] == 0
+
+
+def test_an_open_family_far_below_the_noise_floor_fails_the_default():
+    def run(mode, scores, fraction):
+        return [
+            replace(_record("summary", 512, mode, s >= 0.5, True), seed=i, score=s,
+                    compute_fraction=fraction)
+            for i, s in enumerate(scores)
+        ]  # fmt: skip
+
+    records = run("baseline", [1.0] * 8, 1.0) + run("reference", [1.0] * 7 + [0.6], 1.0)
+    records += run("near", [1.0] * 6 + [0.8, 0.6], 0.6)  # 0.025 below the floor
+    records += run("far", [0.6] * 8, 0.4)  # every answer "kept" (>= 0.5), 0.35 below
+    result = choose(records, Bar(0.97, 0.9, 0.9))
+    gaps = {row["mode"]: row for row in result.frontier}
+    assert gaps["far"]["worst_open_family"] == "summary"
+    assert gaps["far"]["worst_open_gap"] == pytest.approx(-0.35)
+    assert not gaps["far"]["meets_default"] and gaps["far"]["meets_fast"]
+    assert result.chosen == "near" and result.fast == "far"
+    assert open_gaps(records, "near")["summary"][0] == pytest.approx(-0.025)
+
+
+def test_open_cases_run_through_the_eval_and_keep_all_keeps_stocks_answer(tiny, tmp_path):
+    model, tokenizer = tiny
+    cases = [
+        replace(make_case(family, tokenizer, 600, 0, "calibration"), max_tokens=8)
+        for family in ("summary", "completion")
+    ]
+    keep_all = Strategy("lazy:off", LazyConfig())
+    cache = BaselineCache(model, tmp_path / "baselines.json")
+    records = evaluate(model, tokenizer, cases, [keep_all], cache)
+    assert [r.mode for r in records] == ["baseline", "lazy:off"] * 2  # one chat turn: no twin
+    for record in records:
+        assert record.score == 1 and record.correct and record.baseline_correct
+    assert records[-1].target_score is not None  # code: the file's own line beside stock's

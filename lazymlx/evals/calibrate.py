@@ -6,7 +6,9 @@ round-tripped through 8 bits). The bar is relative: at every length a default ke
 min(`per_length`, the reference's share) of the baseline's right answers, and in every family
 pooled over lengths at least min(`per_family`, the reference's share), on the same cases; a
 model that answers on near-ties is not asked to be steadier than stock itself. Without a
-reference in the records the bar is the plain one. "Fastest" is ranked by the compute fraction
+reference in the records the bar is the plain one. Open-ended families (summaries, questions,
+second turns, code completion) are also judged by their mean similarity to stock's answers,
+within OPEN_MARGIN of the reference's on the same cases. "Fastest" is ranked by the compute fraction
 the engine counts, which is exact and repeatable where wall time on a shared machine is not; the
 TTFT speedup is shown beside it. The fastest candidate keeping `fast_overall` of the answers
 overall is the `fast` trade; at equal prefill work a sparse-decode candidate ranks first, since
@@ -24,6 +26,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import NO_IDLE, Record
+from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, summarize
 
 # Candidates built from a model's default (so they keep its scoring and length rules): the
@@ -47,6 +50,7 @@ SCHEDULES = (
 SPARSE = " sparse"
 CANDIDATES = ("default", *(name + policy for name in SCHEDULES for policy in ("", SPARSE)))
 _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
+_FLOOR = re.compile(r"min(?P<tokens>\d+)")  # min256: at least 256 tokens on past each prune
 
 
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
@@ -56,20 +60,28 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     """A candidate by name: "default", or a schedule written as the listed ones are ("0.3@24%
-    0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; " sparse" after it decodes
-    without revival), listed or not, so a model whose answers survive harder pruning can be
-    tried on it."""
+    0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
+    least 256 tokens at each prune, none the default's floor; " sparse" last decodes without
+    revival), listed or not, so a model whose answers survive harder pruning can be tried on
+    it."""
     if name == "default":
         return default
     sparse = name.endswith(SPARSE)
-    steps = [_STEP.fullmatch(step) for step in name.removesuffix(SPARSE).split()]
+    words = name.removesuffix(SPARSE).split()
+    floor = _FLOOR.fullmatch(words[-1]) if words else None
+    steps = [_STEP.fullmatch(step) for step in words[: -1 if floor else None]]
     if not steps or not all(steps):
         raise LazymlxError(
             f"no calibration candidate {name!r}; candidates are: {', '.join(CANDIDATES)}, or a "
-            "schedule written like them, e.g. '0.3@24% 0.2@57% sparse'"
+            "schedule written like them, e.g. '0.3@24% 0.2@57% min256 sparse'"
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
-    return replace(default, schedule=pairs, decode="sparse" if sparse else "revive")
+    return replace(
+        default,
+        schedule=pairs,
+        decode="sparse" if sparse else "revive",
+        min_keep=int(floor["tokens"]) if floor else 0,
+    )
 
 
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
@@ -139,6 +151,31 @@ def default_checks(
     )
 
 
+# Open-ended answers (lazymlx/evals/families.py, OPEN): a default's mean similarity to stock's
+# answers, in every open family pooled over lengths, is at most this far below the noise floor's
+# on the same cases (stock itself scores 1 where no reference ran).
+OPEN_MARGIN = 0.10
+
+
+def open_gaps(records: list[Record], mode: str) -> dict[str, tuple[float, tuple[float, float]]]:
+    """Per open family: the mean of (mode's score - the reference's) over the cases both ran,
+    and its paired 95% bootstrap interval (cases resampled within each length)."""
+    floor = {(r.family, r.length, r.seed): r.score for r in records if r.mode == REFERENCE}
+    strata: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r.mode != mode or r.score is None:
+            continue
+        reference = floor.get((r.family, r.length, r.seed), 1.0 if not floor else None)
+        if reference is not None:
+            strata.setdefault(r.family, {}).setdefault(r.length, []).append(r.score - reference)
+    gaps = {}
+    for family, lengths in strata.items():
+        values = [v for group in lengths.values() for v in group]
+        interval = bootstrap_interval(list(lengths.values()), resamples=2000)
+        gaps[family] = (sum(values) / len(values), interval)
+    return gaps
+
+
 def margin(check: Check) -> float:
     """How far a group sits above (or below) its bar; a group with no right answer at 0."""
     _, row, needed = check
@@ -169,6 +206,9 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
             min(lengths, key=margin),
             min(families, key=margin, default=None),
         )
+        gaps = open_gaps(records, mode) if mode != REFERENCE else {}
+        worst_open = min(gaps.items(), key=lambda item: item[1][0], default=None)
+        open_ok = all(gap >= -OPEN_MARGIN - 1e-9 for gap, _ in gaps.values())
         frontier.append(
             {
                 "mode": mode,
@@ -183,8 +223,13 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
                 "worst_family": worst_family[0] if worst_family else None,
                 "worst_family_share": worst_family[1]["kept_share"] if worst_family else None,
                 "worst_family_bar": worst_family[2] if worst_family else None,
+                "worst_open_family": worst_open[0] if worst_open else None,
+                "worst_open_gap": worst_open[1][0] if worst_open else None,
+                "worst_open_interval": worst_open[1][1] if worst_open else None,
                 "cases": len(ran),
-                "meets_default": covers and all(margin(c) >= -1e-9 for c in lengths + families),
+                "meets_default": covers
+                and open_ok
+                and all(margin(c) >= -1e-9 for c in lengths + families),
                 "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
             }
         )

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
+from lazymlx.evals.scoring import OPEN_KEEP, edit_similarity, first_line, loops, rouge_l
 from lazymlx.evals.sources import PROSE_SOURCES, SPLITS, haystack
 from lazymlx.prompts import FILLER, holds_answer
 
@@ -38,6 +39,10 @@ FIRST_REPLY = 24  # the reply to a chat's first message, before the scored one
 FIRST_ANSWER = 10  # a follow-up case's first answer
 CHAT_OVERHEAD = 12  # template tokens around one more chat message
 KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")
+# Open-ended families: long enough to show a loop, judged against stock's own output ("text":
+# ROUGE-L; "line": the first line's edit similarity, LongBench's LCC).
+OPEN_TOKENS = 64
+JUDGES = ("text", "line")
 
 CITIES = (
     "Lisbon", "Oslo", "Quito", "Hanoi", "Tunis", "Lima", "Accra", "Perth", "Dakar", "Riga",
@@ -121,9 +126,25 @@ class Case:
     depth: float  # where the asked fact sits, 0 = start of the haystack, 1 = end
     source: str  # the haystack's text source
     planted: tuple[str, ...] = ()  # the text inserted into the haystack, the asked fact first
+    judge: str | None = None  # open-ended: one of JUDGES, scored against stock's own output
+    target: str | None = None  # code completion: the file's own next line
 
-    def correct(self, output: str) -> bool | None:
-        return None if self.gold is None else holds_answer(output, self.gold)
+    def correct(self, output: str, baseline: str | None = None) -> bool | None:
+        """Right: the gold answer whole; open-ended: stock's answer kept (`baseline` is stock's
+        output on the case: stock keeps its own); None for free-form cases."""
+        if self.gold is not None:
+            return holds_answer(output, self.gold)
+        if self.judge is None:
+            return None
+        stock = output if baseline is None else baseline
+        looped = loops(output) and not loops(stock)
+        return not looped and self.similarity(output, stock) >= OPEN_KEEP - 1e-9
+
+    def similarity(self, output: str, other: str) -> float | None:
+        """How close an open-ended answer is to another (stock's, or the file's line)."""
+        if self.judge == "line":
+            return edit_similarity(first_line(output), first_line(other))
+        return None if self.judge is None else rouge_l(output, other)
 
 
 Units = Callable[[int], list[str]]
@@ -144,6 +165,14 @@ class _Draft:
     joiner: str = " "
     values: list[str] = field(default_factory=list)  # the numbers planted (never in the haystack)
     place: Callable[[list[str], float], int] | None = None  # where an insert goes (code: lines)
+    judge: str | None = None
+    next_line: bool = False  # code completion: the unit after the text is the target
+
+    def target(self, n: int) -> str | None:
+        """The first non-blank unit after the first n (the line a completion should write)."""
+        if not self.next_line:
+            return None
+        return next((u.strip() for u in self.units(n + 64)[n:] if u.strip()), "")
 
     def segments(self, n: int) -> tuple[str, ...]:
         units = list(self.units(n))
@@ -505,6 +534,66 @@ def freeform_chat(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
+# --- open-ended families: what people ask of a pasted document --------------------------------
+
+# Questions with no single right answer, asked of whatever document the case holds.
+QUESTIONS = (
+    "What is the text above about, and what should a reader remember from it?",
+    "Which commands, options or functions does the text above mention, and what is each for?",
+    "What problem does the text above address, and how?",
+    "Explain the text above to a colleague who has not read it.",
+)
+SECOND_QUESTIONS = (
+    "Which detail in it would a new user most likely get wrong?",
+    "Now give one concrete example of how to use what it describes.",
+    "What does it leave unsaid that a reader would need to know?",
+)
+
+
+def _document_task(ask: Callable[[random.Random], tuple[str, ...]]) -> Callable[..., _Draft]:
+    """A chat about a real document: its first message the document and a request, any later
+    ones follow-ups; the last reply judged against stock's."""
+
+    def family(rng: random.Random, seed: int, split: str) -> _Draft:
+        units, source = _prose(seed, split, rng)
+        asked = ask(rng)
+        return _Draft(
+            units,
+            [],
+            lambda text: (f"{text}\n\n{asked[0]}", *asked[1:]),
+            None,
+            OPEN_TOKENS,
+            1.0,
+            source,
+            kind="chat",
+            judge="text",
+        )
+
+    return family
+
+
+summary = _document_task(lambda rng: ("Summarize the text above in three short bullet points.",))
+question = _document_task(lambda rng: (rng.choice(QUESTIONS),))
+second_turn = _document_task(lambda rng: (rng.choice(QUESTIONS), rng.choice(SECOND_QUESTIONS)))
+
+
+def completion(rng: random.Random, seed: int, split: str) -> _Draft:
+    """Real source, cut after a line: the next line written (LongBench's LCC), judged against
+    stock's line, the file's own line beside it."""
+    return _Draft(
+        units=haystack("code", split, rng.randrange(2**32)),
+        inserts=[],
+        frame=lambda text: (text + "\n",),
+        gold=None,
+        max_tokens=OPEN_TOKENS,
+        depth=1.0,
+        source="code",
+        joiner="\n",
+        judge="line",
+        next_line=True,
+    )
+
+
 FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "passkey": passkey,
     "lookalike": lookalike,
@@ -521,13 +610,22 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "chat": chat,
     "freeform-text": freeform_text,
     "freeform-chat": freeform_chat,
+    "summary": summary,
+    "question": question,
+    "second-turn": second_turn,
+    "completion": completion,
 }
+OPEN = ("summary", "question", "second-turn", "completion")
 SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
 # One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
 SINGLE_PROMPT = tuple(
-    name for name in FAMILIES if name not in ("followup", "kept", "chat", "freeform-chat")
+    name
+    for name in FAMILIES
+    if name
+    not in ("followup", "kept", "chat", "freeform-chat", "summary", "question", "second-turn")
 )
-CHAT_FAMILIES = ("chat", "freeform-chat")  # through the chat template: none for a base model
+# through the chat template: none for a base model
+CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn")
 
 
 def parse_families(text: str) -> list[str]:
@@ -536,12 +634,13 @@ def parse_families(text: str) -> list[str]:
         "all": list(FAMILIES),
         "scored": list(SCORED),
         "freeform": ["freeform-text", "freeform-chat"],
+        "open": list(OPEN),
     }
     names = []
     for item in (part.strip() for part in text.split(",") if part.strip()):
         if item not in groups and item not in FAMILIES:
             raise LazymlxError(
-                f"unknown task family {item!r}; choose from: all, scored, freeform, "
+                f"unknown task family {item!r}; choose from: all, scored, freeform, open, "
                 f"{', '.join(FAMILIES)}"
             )
         names += groups.get(item, [item])
@@ -599,7 +698,8 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
             return Case(
                 family, split, length, seed, draft.kind, segments, draft.gold,
                 draft.max_tokens, draft.depth, draft.source,
-                tuple(piece.strip() for _, piece in draft.inserts),
+                tuple(piece.strip() for _, piece in draft.inserts), draft.judge,
+                draft.target(count),
             )  # fmt: skip
     raise LazymlxError(
         f"no clean {family} case for seed {seed} at {length} tokens; use another seed"
@@ -608,8 +708,8 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
 
 # Cases per family at each length: calibration chooses knobs, validation reports them.
 SUITE = {
-    "calibration": {1024: 3, 2048: 3, 4096: 1, 8192: 1},
-    "validation": {1024: 4, 2048: 4, 4096: 2, 8192: 2},
+    "calibration": {256: 2, 512: 2, 1024: 3, 2048: 3, 4096: 1, 8192: 1},
+    "validation": {256: 3, 512: 3, 1024: 4, 2048: 4, 4096: 2, 8192: 2},
 }
 
 

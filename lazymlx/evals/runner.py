@@ -33,7 +33,7 @@ from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.scoring import common_prefix
+from lazymlx.evals.scoring import common_prefix, loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
 
 if TYPE_CHECKING:
@@ -192,6 +192,9 @@ class Record:
     tokens: list[int] = field(default_factory=list)
     first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
     completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
+    score: float | None = None  # open-ended: similarity to stock's answer (families.Case.judge)
+    target_score: float | None = None  # code completion: similarity to the file's own line
+    looped: bool = False  # the answer repeats a run of words back to back (scoring.loops)
 
     @property
     def kept(self) -> bool | None:
@@ -210,8 +213,8 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         depth=case.depth,
         mode=mode,
         prompt_tokens=outcome.prompt_tokens,
-        correct=case.correct(outcome.text),
-        baseline_correct=case.correct(baseline.text),
+        correct=case.correct(outcome.text, baseline.text),
+        baseline_correct=case.correct(baseline.text, baseline.text),
         agreed_tokens=common_prefix(outcome.tokens, baseline.tokens),
         identical=outcome.tokens == baseline.tokens,
         ttft_s=outcome.ttft_s,
@@ -224,6 +227,9 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         tokens=outcome.tokens,
         first_ttft_s=outcome.first_ttft_s,
         completion_s=outcome.completion_s,
+        score=case.similarity(outcome.text, baseline.text),
+        target_score=None if case.target is None else case.similarity(outcome.text, case.target),
+        looped=loops(outcome.text),
     )
 
 
@@ -288,8 +294,9 @@ def evaluate(
 
 def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
     """The strategies a case runs: a multi-turn case runs each completing preset twice, after
-    completion (its own mode) and with no idle time (mode + NO_IDLE)."""
-    if case.kind not in MULTI_TURN:
+    completion (its own mode) and with no idle time (mode + NO_IDLE). A chat of one message has
+    no turn before it to complete."""
+    if case.kind not in MULTI_TURN or (case.kind == "chat" and len(case.segments) == 1):
         return strategies
     runs: list[Strategy] = []
     for s in strategies:

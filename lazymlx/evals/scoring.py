@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import random
+import re
 
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
@@ -55,3 +57,68 @@ def bootstrap_interval(
         pooled_mean(strata) - (pooled_mean(minus) if minus else 0.0) for _ in range(resamples)
     )
     return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+# --- open-ended answers: judged against stock's own output -----------------------------------
+
+# An open-ended answer is kept when it shares at least this much with stock's (ROUGE-L F1, or
+# edit similarity for a line of code) and does not loop where stock does not. The mean score
+# beside the noise floor's is the finer measure; this cut only counts answers that went elsewhere.
+OPEN_KEEP = 0.5
+# A loop: the same run of words repeated back to back at least LOOP_REPEATS times, covering at
+# least LOOP_WORDS words ("- Fixes tests" twelve times; "the function that reads" three times).
+LOOP_REPEATS, LOOP_WORDS, LOOP_UNIT = 3, 12, 16
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words and punctuation marks, as ROUGE tokenizes."""
+    return re.findall(r"\w+|[^\w\s]", text.lower())
+
+
+def rouge_l(candidate: str, reference: str) -> float:
+    """ROUGE-L F1 over words: the longest common subsequence against both lengths (1 for two
+    empty texts)."""
+    a, b = words(candidate), words(reference)
+    if not a or not b:
+        return float(a == b)
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b):
+            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+        previous = current
+    common = previous[-1]
+    if not common:
+        return 0.0
+    precision, recall = common / len(a), common / len(b)
+    return 2 * precision * recall / (precision + recall)
+
+
+def first_line(text: str) -> str:
+    """The first line that holds anything, stripped (a code completion's line)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def edit_similarity(candidate: str, reference: str) -> float:
+    """Similarity of two lines of code, 0-1 (LongBench's LCC score, difflib's ratio standing in
+    for its Levenshtein ratio)."""
+    if not candidate and not reference:
+        return 1.0
+    return difflib.SequenceMatcher(None, candidate, reference, autojunk=False).ratio()
+
+
+def loops(text: str) -> bool:
+    """Whether the text repeats one run of words back to back (LOOP_REPEATS times or more,
+    LOOP_WORDS words in all): what a starved model writes instead of an answer."""
+    tokens = words(text)
+    for unit in range(1, LOOP_UNIT + 1):
+        repeats = max(LOOP_REPEATS, -(-LOOP_WORDS // unit))
+        span = unit * repeats
+        for start in range(len(tokens) - span + 1):
+            piece = tokens[start : start + unit]
+            if all(
+                tokens[start + k * unit : start + (k + 1) * unit] == piece
+                for k in range(1, repeats)
+            ):
+                return True
+    return False

@@ -47,6 +47,9 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
         "agreed_tokens": statistics.mean(r.agreed_tokens for r in records),
         # free-form groups only: where answers are scored, agreement is not the measure
         "agreed_interval": None if scored else bootstrap_interval(agreement_strata(records)),
+        # open-ended answers: similarity to stock's (the mean, with a 95% bootstrap interval),
+        # answers that loop where stock's does not, and code lines against the file's own
+        **_open_scores(records, stock or {}),
         "compute_fraction": statistics.mean(r.compute_fraction for r in records),
         "step_fraction": statistics.mean(r.step_fraction for r in records),
         "ttft_s": statistics.mean(r.ttft_s for r in records),
@@ -60,6 +63,27 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
         * sum(r.completion_s for r in records)
         / sum(r.prompt_tokens for r in records),
     }
+
+
+def _open_scores(records: list[Record], stock: dict[RecordKey, Record]) -> dict:
+    scored = [r for r in records if r.score is not None]
+    if not scored:
+        return {"score": None, "score_interval": None, "new_loops": None, "target_score": None}
+    strata: dict[tuple[str, int], list[float]] = {}
+    for r in scored:
+        strata.setdefault((r.family, r.length), []).append(r.score)
+    targets = [r.target_score for r in scored if r.target_score is not None]
+    return {
+        "score": statistics.mean(r.score for r in scored),
+        "score_interval": bootstrap_interval(list(strata.values()), resamples=2000),
+        "new_loops": sum(r.looped and not _stock_looped(r, stock) for r in scored),
+        "target_score": statistics.mean(targets) if targets else None,
+    }
+
+
+def _stock_looped(record: Record, stock: dict[RecordKey, Record]) -> bool:
+    base = stock.get(case_key(record, BASELINE))
+    return base is not None and base.looped
 
 
 def _inverse(value: float | None) -> float | None:
