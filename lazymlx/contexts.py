@@ -1,10 +1,12 @@
 """Kept contexts: a prompt's computed KV, reused by the next prompt that starts the same way.
 
 A conversation resends its whole history each turn (an OpenAI-style client always does), so a
-context is found by its tokens: the kept context sharing the longest prefix with the new prompt is
-trimmed to that prefix and only the rest is computed. `ContextPool` holds several (one per
-conversation, or per document a user keeps asking about), least recently used first out, bounded
-by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
+context is found by its tokens: the kept context sharing the longest prefix with the new prompt
+gives that prefix and only the rest is computed. A prompt that goes on from a context's
+conversation takes the context over; one that only starts alike (another conversation with the
+same system prompt) gets a fork, a copy of the shared prefix, so neither conversation loses its
+history to the other. `ContextPool` holds several (one per conversation, or per document a user
+keeps asking about), least recently used first out, bounded by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
 made them and which tokens they hold, so a context saved today continues tomorrow, and a file from
 another model is refused instead of silently producing nonsense. In a group of ranks
 (lazymlx/collectives.py) rank 0 reads and writes the files, holding every rank's heads.
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import common_prefix_len
@@ -49,6 +52,7 @@ class Context:
 
     cache: Cache
     tokens: list[int] = field(default_factory=list)
+    prompt: int = 0  # how many of `tokens` the latest request's prompt gave (the rest it made)
 
     @property
     def lazy(self) -> bool:
@@ -60,7 +64,7 @@ class Context:
         offset = cached_length(self.cache)
         keep = max(0, min(common_prefix_len(self.tokens[:offset], tokens), len(tokens) - 1))
         keep = self._trim_to(keep, model)
-        self.tokens = list(tokens)
+        self.tokens, self.prompt = list(tokens), len(tokens)
         return keep
 
     def settle(self, fed: list[int], model: nn.Module) -> None:
@@ -73,7 +77,24 @@ class Context:
         if not self.lazy:
             self.cache = _even_layers(self.cache, model)
         held = self._trim_to(min(cached_length(self.cache), len(fed)), model)
-        self.tokens = list(fed[:held])
+        self.tokens, self.prompt = list(fed[:held]), min(self.prompt, held)
+
+    def continued_by(self, tokens: list[int]) -> bool:
+        """Whether `tokens` go on from this context's conversation: they hold its latest prompt
+        whole (its answer may come back re-tokenized, or be asked for again)."""
+        return common_prefix_len(self.tokens, tokens) >= self.prompt
+
+    def fork(self, length: int, model: nn.Module) -> Context:
+        """A context of its own holding this one's first `length` tokens, for a conversation
+        that only starts the same way (the same system prompt): this one stays whole for its
+        own conversation's next turn."""
+        cache: Cache = [type(entry).from_state(_own_arrays(entry.state)) for entry in self.cache]
+        if self.lazy:
+            cache = LazyState(model, cache)
+            cache.config = self.cache.config  # what completing it follows
+        copy = Context(cache, self.tokens)
+        copy.tokens = self.tokens[: copy._trim_to(length, model)]
+        return copy
 
     def _trim_to(self, keep: int, model: nn.Module) -> int:
         """Cut the cache back to its first `keep` tokens; the tokens it then holds. A cache that
@@ -87,6 +108,12 @@ class Context:
         elif trim_prompt_cache(self.cache, offset - keep) != offset - keep:
             self.cache, keep = make_prompt_cache(model), 0
         return keep
+
+
+def _own_arrays(state: Any) -> Any:
+    """A cache entry's state with its arrays copied: caches write into their arrays in place,
+    so a fork must not share them."""
+    return tuple(mx.array(part) if isinstance(part, mx.array) else part for part in state)
 
 
 def _even_layers(cache: list[Any], model: nn.Module) -> list[Any]:
@@ -110,16 +137,25 @@ class ContextPool:
         self.contexts: list[Context] = []  # least recently used first
 
     def take(self, model: nn.Module, tokens: list[int], lazy: LazyConfig | None) -> Context:
-        """The kept context sharing most of `tokens` (removed from the pool while in use), or a
-        new one; a lazy prompt only continues a lazy context, a stock one a stock one."""
-        same_kind = [c for c in self.contexts if c.lazy == (lazy is not None)]
-        best = max(same_kind, key=lambda c: common_prefix_len(c.tokens, tokens), default=None)
-        # only a continuation takes a context over: sharing a chat template's first tokens with
-        # another conversation must not cut that conversation's context short
-        if best is None or 2 * common_prefix_len(best.tokens, tokens) < len(best.tokens):
+        """The context to run `tokens` over, from the kept one sharing most of them (the most
+        recent, and one they continue, among equals): taken out of the pool while in use if
+        they continue its conversation, else a fork of the prefix they share, so that the other
+        conversation keeps its whole history (apps send one long system prompt in every
+        conversation); a new one if none shares a token. A lazy prompt only continues a lazy
+        context, a stock one a stock one."""
+        same_kind = [c for c in reversed(self.contexts) if c.lazy == (lazy is not None)]
+        best = max(
+            same_kind,
+            key=lambda c: (common_prefix_len(c.tokens, tokens), c.continued_by(tokens)),
+            default=None,
+        )
+        shared = 0 if best is None else common_prefix_len(best.tokens, tokens)
+        if not shared:
             return Context(new_cache(model, lazy))
-        self.contexts.remove(best)
-        return best
+        if best.continued_by(tokens):
+            self.contexts.remove(best)
+            return best
+        return best.fork(shared, model)
 
     def put(self, context: Context) -> None:
         self.contexts.append(context)

@@ -112,6 +112,41 @@ def test_chat_streamed_and_not_give_one_answer_and_a_conversation_reuses_its_con
     assert second.usage.prompt_tokens_details.cached_tokens >= whole.usage.prompt_tokens
 
 
+def turn(client, history: list[dict], text: str, lazy: str | None):
+    """One chat turn of a conversation: the reply, its answer appended to the history."""
+    history.append({"role": "user", "content": text})
+    extra = {} if lazy is None else {"lazy": lazy}
+    reply = client.chat.completions.create(
+        model="m", messages=history, max_tokens=4, extra_body=extra
+    )
+    history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    return reply
+
+
+@pytest.mark.parametrize("lazy", [None, "off"])
+def test_conversations_sharing_a_system_prompt_each_keep_their_history(tiny_model_dir, lazy):
+    """A, two turns; B, the same long system prompt; A's third turn finds its whole history
+    cached (B starts from a fork of the shared prefix) and answers as if B never came."""
+    system = {"role": "system", "content": "You answer briefly and check every fact twice. " * 14}
+    no_idle = LazyConfig(schedule=PRUNING.schedule, decode="revive", complete="off")
+    runs = {}
+    for with_b in (True, False):
+        llm = LLM(str(tiny_model_dir), lazy=no_idle)
+        with running(create_app(llm, Limits(max_tokens=16))) as url:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            a = [system]
+            turn(client, a, "the cat sat on the mat", lazy)
+            second = turn(client, a, "and then?", lazy)
+            b = turn(client, [system], "tell me about dogs", lazy) if with_b else None
+            runs[with_b] = (second, b, turn(client, a, "why?", lazy))
+        llm.close()
+    (second, b, third), (_, _, alone) = runs[True], runs[False]
+    assert third.usage.prompt_tokens_details.cached_tokens >= second.usage.prompt_tokens
+    shared = len(llm.tokenizer.apply_chat_template([system]))
+    assert b.usage.prompt_tokens_details.cached_tokens >= shared
+    assert third.choices[0].message.content == alone.choices[0].message.content
+
+
 def test_completions_take_the_lazy_preset_per_request(client):
     stock = client.completions.create(
         model="m", prompt="once upon a time", max_tokens=6, extra_body={"lazy": "off"}
