@@ -90,7 +90,10 @@ class Response(GenerationResponse):
         usage counts them, and the CLI and server report them); cached_tokens: how many of them
         the cache held before the call, so were not computed again; prompt_tps: mlx-lm's, the
         tokens computed (prompt_tokens - cached_tokens) per second of prefill.
-    ttft_s: wall time from the call (prompt already tokenized) to the first token evaluated.
+    ttft_s: wall time from the request's arrival (the call, or `arrived`: an `LLM`'s submit, a
+        server's receipt) to the first token evaluated, queued_s included: what its caller waited.
+    queued_s: the part of ttft_s spent waiting for the model (behind an `LLM`'s earlier requests,
+        for the generation thread, for another thread's generation to end).
     lazy: the engine's counts after this token; None on the stock mlx-lm path.
     finish_reason: mlx-lm's "stop" or "length" on the last response; "cancelled" on the last
         response of an `LLM` request cancelled mid-answer.
@@ -100,6 +103,7 @@ class Response(GenerationResponse):
     """
 
     ttft_s: float = 0.0
+    queued_s: float = 0.0
     lazy: LazyStats | None = None
     cached_tokens: int = 0
     token_logprob: float | None = None
@@ -239,7 +243,10 @@ def stream_generate(
     stock path, a LazyState on the lazy one); the rest (prefill_step_size,
     prompt_progress_callback, ...) go to mlx-lm's generate_step. prompt_progress_callback(done,
     total) is called with 0 first, then per prefill chunk (stock) or per layer (the lazy step).
+    arrived: when the request arrived (time.perf_counter()), where it waited before this call (an
+    app's own queue); the wait from then counts in ttft_s and queued_s (default: the call).
     """
+    kwargs.setdefault("arrived", time.perf_counter())
     here = threading.current_thread() is threading.main_thread()
     if here or GENERATION_THREAD.is_current():
         yield from _stream_generate(model, tokenizer, prompt, max_tokens, **kwargs)
@@ -264,8 +271,10 @@ def _stream_generate(
     frequency_penalty: float | None = None,
     logit_bias: dict[int, float] | None = None,
     lazy: LazyConfig | str | None = None,
+    arrived: float,
     **kwargs: Any,
 ) -> Iterator[Response]:
+    waited = time.perf_counter() - arrived  # for the generation thread (another thread's call)
     if max_tokens < 1:
         raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
     unknown = sorted(set(kwargs) - STEP_OPTIONS)
@@ -273,7 +282,7 @@ def _stream_generate(
         raise LazymlxError(
             f"unknown keyword argument{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
             f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, "
-            f"presence_penalty, frequency_penalty, logit_bias, lazy and "
+            f"presence_penalty, frequency_penalty, logit_bias, lazy, arrived and "
             f"mlx-lm's generate_step options: {', '.join(sorted(STEP_OPTIONS))}"
         )
     if kwargs.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
@@ -322,20 +331,24 @@ def _stream_generate(
         if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
             kwargs["prompt_progress_callback"] = None
             report_start = progress
+    locking = time.perf_counter()
     with GENERATION_LOCK:
         try:
             mx.reset_peak_memory()
             start = time.perf_counter()
+            queued = waited + start - locking  # and for another thread's generation to end
             if report_start is not None:
                 report_start(0, tokens.size)
             ttft, stats = None, None
             for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
                 if ttft is None:
-                    ttft = time.perf_counter() - start
+                    ttft = queued + time.perf_counter() - start
                 if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
                     stats = LazyStats.of(model, tokens.size)
                 counts = vars(response) | {"prompt_tokens": cached + tokens.size}
-                yield Response(**counts, cached_tokens=cached, ttft_s=ttft, lazy=stats)
+                yield Response(
+                    **counts, cached_tokens=cached, ttft_s=ttft, queued_s=queued, lazy=stats
+                )
         finally:
             mx.synchronize()  # a caller that stops early leaves a decode step in flight
 

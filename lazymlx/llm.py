@@ -70,7 +70,8 @@ REQUEST_OPTIONS = frozenset(
 )
 # submit's own keyword arguments, named beside the options when one is unknown
 SUBMIT_ARGUMENTS = frozenset(
-    {"messages", "max_tokens", "lazy", "on_progress", "seed", "logprobs", "listener", "fit_context"}
+    {"messages", "max_tokens", "lazy", "on_progress", "seed", "logprobs", "listener"}
+    | {"fit_context", "arrived"}
 )
 Progress = Callable[[int, int], None]
 _END = object()
@@ -98,7 +99,7 @@ class Stream:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     max_tokens: int = 0  # the most tokens it may generate (fit_context may have lowered it)
-    started: float | None = None  # time.monotonic() when the generation thread took it up
+    started: float | None = None  # time.perf_counter() when the generation thread took it up
     generated: int = 0  # responses produced so far
     # called on the generation thread with each response, an error, and None at the end, in
     # place of iterating: how an event loop (the server) is woken without a thread blocked per
@@ -165,6 +166,7 @@ class _Request:
     stream: Stream
     on_progress: Progress | None
     logprobs: int | None
+    arrived: float  # time.perf_counter() at its arrival: ttft_s and queued_s count from it
 
 
 class LLM:
@@ -213,6 +215,7 @@ class LLM:
         logprobs: int | None = None,
         listener: Callable[[Response | Exception | None], None] | None = None,
         fit_context: bool = False,
+        arrived: float | None = None,
         **options: Any,
     ) -> Stream:
         """Queue a request and return its stream at once.
@@ -224,11 +227,15 @@ class LLM:
         response's token_logprob and its k likeliest alternatives (top_logprobs). fit_context:
         lower max_tokens to what the model's context leaves after the prompt (the stream's
         max_tokens says what it became). listener: called on the generation thread with each
-        response, an error, and None at the end, in place of iterating the stream. Other options
+        response, an error, and None at the end, in place of iterating the stream. arrived: when
+        the request arrived (time.perf_counter()), if before this call (a server's receipt);
+        each response's ttft_s counts from it (default: now), its queued_s the wait for the
+        requests ahead. Other options
         are stream_generate's (temp, top_p, top_k, min_p, repetition_penalty, presence_penalty,
         frequency_penalty, logit_bias, ...). Bad arguments raise LazymlxError here, before
         anything is queued.
         """
+        arrived = time.perf_counter() if arrived is None else arrived
         if (prompt is None) == (messages is None):
             raise LazymlxError("give either prompt= (raw text or token ids) or messages= (a chat)")
         if messages is not None:
@@ -273,9 +280,8 @@ class LLM:
         if seed is not None:
             options["seed"] = seed
         stream = Stream(prompt_tokens=len(tokens), max_tokens=max_tokens, listener=listener)
-        request = _Request(
-            tokens, config, {"max_tokens": max_tokens, **options}, stream, on_progress, logprobs
-        )
+        options = {"max_tokens": max_tokens, **options}
+        request = _Request(tokens, config, options, stream, on_progress, logprobs, arrived)
         GENERATION_THREAD.submit(lambda: self._job(request))
         return stream
 
@@ -381,7 +387,7 @@ class LLM:
 
     def _serve(self, request: _Request) -> None:
         stream = request.stream
-        stream.started = time.monotonic()
+        stream.started = time.perf_counter()
         if stream.cancelled:
             return
         if self.leads:
@@ -407,6 +413,7 @@ class LLM:
                 prompt_cache=context.cache,
                 lazy=request.lazy,
                 prompt_progress_callback=progress,
+                arrived=request.arrived,
                 **options,
             ):
                 generated.append(response.token)
@@ -449,7 +456,9 @@ def _shared_request(message: dict[str, Any]) -> _Request:
         options["logit_bias"] = {int(token): bias for token, bias in options["logit_bias"].items()}
     lazy = None if message["lazy"] is None else LazyConfig(**message["lazy"])
     stream = Stream(listener=lambda item: None)
-    return _Request(message["tokens"], lazy, options, stream, None, message["logprobs"])
+    return _Request(
+        message["tokens"], lazy, options, stream, None, message["logprobs"], time.perf_counter()
+    )
 
 
 def _with_logprobs(response: Response, top: int) -> Response:

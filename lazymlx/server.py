@@ -285,7 +285,7 @@ class _Request:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.stream: Stream | None = None
         self.last: Response | None = None
-        self.started = time.monotonic()  # its arrival
+        self.started = time.perf_counter()  # its arrival: ttft_s and queued_s count from it
         self.progress: tuple[int, int] | None = None  # prefill (done, total), from the thread
         self.max_tokens_asked = 0
 
@@ -337,7 +337,7 @@ class _Request:
         return f"prefill {done}/{total} tokens" if done else f"prefill of {total} tokens"
 
     def log_waiting(self) -> None:
-        elapsed = time.monotonic() - self.started
+        elapsed = time.perf_counter() - self.started
         log.info("%s %s, %.0f s", self.ident, self.waiting(), elapsed)
 
     def usage(self) -> dict[str, Any]:
@@ -353,9 +353,11 @@ class _Request:
             "total_tokens": stream.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": stream.cached_tokens},
         }
-        queued = None if stream.started is None else stream.started - self.started
-        usage["queued_s"] = queued
-        usage["ttft_s"] = queued + last.ttft_s if last and queued is not None else None
+        if last is not None:  # the LLM counted them from this request's arrival
+            usage["queued_s"], usage["ttft_s"] = last.queued_s, last.ttft_s
+        else:  # no token yet: how long it waited, if the generation thread took it up
+            waited = None if stream.started is None else stream.started - self.started
+            usage["queued_s"], usage["ttft_s"] = waited, None
         if last and last.lazy and last.lazy.pruned:
             usage["work_share"] = last.lazy.work_share
             usage["revived_tokens"] = last.lazy.revived_tokens
@@ -366,7 +368,7 @@ class _Request:
 
     def log_end(self, status: int, finish: str) -> None:
         """The request's one log line: what it cost and how it ended."""
-        usage, elapsed = self.usage(), time.monotonic() - self.started
+        usage, elapsed = self.usage(), time.perf_counter() - self.started
         ttft = f"{usage['ttft_s']:.2f} s" if usage["ttft_s"] is not None else "-"
         queued = usage["queued_s"] or 0.0
         parts = [
@@ -479,6 +481,7 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
                 **prompt,
                 max_tokens=min(asked, limits.max_tokens),
                 fit_context=True,
+                arrived=pending.started,
                 lazy=body.lazy or ...,
                 seed=body.seed,
                 logprobs=top,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -26,6 +27,19 @@ def test_stream_generate_yields_responses_with_ttft(tiny):
     assert last.prompt_tokens == len(tokenizer.encode("the cat sat"))
     assert all(r.ttft_s == responses[0].ttft_s > 0 for r in responses)
     assert last.peak_memory > 0 and last.generation_tps > 0
+
+
+def test_ttft_counts_from_the_arrival_an_app_gives(tiny):
+    """An app that queued the request itself passes when it arrived: ttft_s then counts the wait,
+    queued_s says how much of it was waiting; a plain call waited for nothing."""
+    model, tokenizer = tiny
+    plain = next(lazymlx.stream_generate(model, tokenizer, "the cat sat", max_tokens=2))
+    assert 0 <= plain.queued_s < 0.05 and plain.ttft_s > plain.queued_s
+    arrived = time.perf_counter() - 1.0  # a second in the app's own queue
+    first = next(
+        lazymlx.stream_generate(model, tokenizer, "the cat sat", max_tokens=2, arrived=arrived)
+    )
+    assert 1.0 <= first.queued_s < first.ttft_s
 
 
 def test_greedy_tokens_equal_mlx_lm(tiny):

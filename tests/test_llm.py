@@ -117,6 +117,38 @@ def test_cancel_mid_prefill_stops_it_and_the_next_request_is_right(llm, tiny, la
     assert tokens_of(llm.submit(prompt, max_tokens=5, lazy=lazy)) == direct(tiny, prompt, 5, lazy)
 
 
+def test_ttft_counts_the_time_queued_behind_another_request(tiny_model_dir):
+    """Two threads: the second submits while the first holds the model; its ttft_s counts from
+    its submit, as its reader waited (the server's meaning), with that wait in queued_s."""
+    llm = LLM(str(tiny_model_dir), lazy=None, idle=False)
+    holding, results = threading.Event(), {}
+
+    def hold(done: int, total: int) -> None:
+        if not holding.is_set():
+            holding.set()
+            time.sleep(0.3)  # the first request keeps the model a while
+
+    def ask(name: str, on_progress=None) -> None:
+        submitted = time.perf_counter()
+        stream = llm.submit(f"{name} asks about cats", max_tokens=3, on_progress=on_progress)
+        first = next(iter(stream))
+        results[name] = (time.perf_counter() - submitted, first)
+        stream.result()
+
+    threads = [threading.Thread(target=ask, args=("first", hold))]
+    threads[0].start()
+    assert holding.wait(60)
+    threads.append(threading.Thread(target=ask, args=("second",)))
+    threads[1].start()
+    for thread in threads:
+        thread.join(timeout=60)
+    seen, response = results["second"]
+    assert response.queued_s > 0.2  # it waited for the first request
+    assert seen - 0.1 <= response.ttft_s <= seen  # what its reader waited, less the hand-over
+    assert response.ttft_s > response.queued_s
+    assert results["first"][1].queued_s < 0.1
+
+
 def test_prefill_progress_climbs_to_the_whole_prompt(llm):
     seen = []
     stream = llm.submit(
