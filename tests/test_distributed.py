@@ -109,6 +109,7 @@ def test_a_request_reaches_the_other_ranks_as_rank_0_runs_it():
         Stream(),
         None,
         2,
+        0.0,
     )
     shared = _shared_request(json.loads(json.dumps(_message(request))))
     assert shared.lazy == request.lazy
