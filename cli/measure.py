@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Annotated
 
 import typer
@@ -11,6 +12,7 @@ from lazymlx.cli.console import err
 from lazymlx.cli.report import (
     Column,
     check_format,
+    clock_progress,
     emit,
     percent,
     ratio,
@@ -295,7 +297,6 @@ def _run_suite(
     """The baseline (cached) and the strategies on a split's cases (with right_only, those the
     baseline answers right), and with `reference` the noise floor beside them (its answers
     cached in the same file); the records and a header."""
-    import json
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
@@ -372,6 +373,142 @@ def _run_suite(
     if skipped:
         head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
     return done, head
+
+
+def _search(
+    model, families, lengths, cases, only, baselines, journal, resume, reference, bar, minutes
+):
+    """Calibration's search (lazymlx/evals/search.py) on the calibration split: stock and the
+    reference on every case, then candidates cheapest first, each dropped once it cannot meet
+    the bar; with `minutes` the case set sized to fit from stock's pace on the first case, and
+    the search stopped at the budget. The records (a resumed journal's first) and a header
+    saying what the choice rests on."""
+    import time
+    from pathlib import Path
+
+    from lazymlx.engine.presets import resolve_preset
+    from lazymlx.evals.baselines import BaselineCache
+    from lazymlx.evals.calibrate import candidate_strategies, case_id
+    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
+    from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
+    from lazymlx.evals.reference import REFERENCE, round_trip
+    from lazymlx.evals.runner import read_records, records_as_dicts, run_mode
+    from lazymlx.evals.search import PLANNED_PASSES, Plan, by_work, fit, run_order, run_search
+    from lazymlx.models.adapters import adapter_for
+
+    if resume and not journal:
+        raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
+    started = time.monotonic()
+    names, sizes = parse_families(families), parse_lengths(lengths)
+    counts = suite_counts("calibration", sizes, cases)
+    earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
+    loaded, tokenizer = _load(model)
+    skipped = []
+    if tokenizer.chat_template is None:  # a base model: no chat families
+        skipped = [name for name in names if name in CHAT_FAMILIES]
+        names = [name for name in names if name not in CHAT_FAMILIES]
+    suite = {case_id(c): c for c in make_cases(tokenizer, names, "calibration", counts)}
+    cache = BaselineCache(loaded, Path(baselines) if baselines else None)
+    floor = None
+    if reference:
+        floor_model = round_trip(_load(model)[0])
+        floor = (floor_model, BaselineCache(floor_model, cache.path))
+    strategies = {s.mode: s for s in candidate_strategies(resolve_preset("default", model), only)}
+    adapter = adapter_for(loaded)
+
+    def share(mode: str, tokens: int) -> float:
+        if mode in (BASELINE, REFERENCE):
+            return 1.0
+        layers = len(adapter.layers)
+        return strategies[mode].config.work_share(tokens, layers, adapter.ranking_layers)
+
+    order = by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in suite])
+    ids = run_order(suite)
+    if resumed := {case_id(r) for r in earlier if r.mode == BASELINE}:  # its cases, as sized
+        ids = tuple(c for c in ids if c in resumed)
+    records = [r for r in earlier if case_id(r) in set(ids)]
+
+    def keep(record) -> None:
+        if journal:
+            with open(journal, "a") as log:
+                log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
+
+    speed, probe = _pace(loaded, tokenizer, suite[ids[0]], cache)
+    if probe is not None and not any(r.mode == BASELINE and case_id(r) == ids[0] for r in records):
+        records.append(probe)
+        keep(probe)
+
+    def run_s(step) -> float:
+        (family, length, seed), mode = step
+        return speed.run_s(length, suite[family, length, seed].max_tokens, share(mode, length))
+
+    def case_s(case) -> float:
+        modes = [BASELINE, *([REFERENCE] * reference), *order[:PLANNED_PASSES]]
+        return sum(run_s((case, mode)) for mode in modes)
+
+    deadline = None if minutes is None else started + 60 * minutes
+    if deadline is not None and not resumed:
+        ids = fit(ids, case_s, deadline - time.monotonic())
+    plan = Plan(ids, order, frozenset(ids) if reference else frozenset(), bar)
+    modes = {**strategies, BASELINE: BASELINE_STRATEGY, REFERENCE: Strategy(REFERENCE, None)}
+    with clock_progress(sum(map(case_s, ids))) as tick:
+
+        def run(step):
+            (family, length, seed), mode = step
+            tick(f"{family} {length} #{seed} {mode}")
+            record = run_mode(loaded, tokenizer, suite[step[0]], modes[mode], cache, floor)
+            keep(record)
+            return record
+
+        def stop(step) -> bool:
+            return deadline is not None and time.monotonic() + run_s(step) > deadline
+
+        done = run_search(plan, run, records, stop)
+    head = _header(model, list(strategies.values()), split="calibration", minutes=minutes)
+    head |= _rests_on(plan, done, speed, time.monotonic() - started) | {"resumed": len(earlier)}
+    if skipped:
+        head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
+    return done, head
+
+
+def _pace(model, tokenizer, case, cache):
+    """The model's pace on this machine from stock on `case`: its run is the case's baseline
+    record when the cache lacks it (returned to keep), else stock runs it again, timed."""
+    from lazymlx.evals.measure import BASELINE_STRATEGY
+    from lazymlx.evals.runner import run_case, run_mode
+    from lazymlx.evals.search import Speed
+
+    record = None
+    if cache.get(case) is None:
+        record = run_mode(model, tokenizer, case, BASELINE_STRATEGY, cache)
+        timed = record
+    else:
+        timed = run_case(model, tokenizer, case, None)
+    decode = 1 / timed.generation_tps if timed.generation_tps > 0 else 0.0
+    return Speed(timed.ttft_s / max(timed.prompt_tokens, 1), decode), record
+
+
+def _rests_on(plan, records, speed, elapsed_s: float) -> dict:
+    """What a search's choice rests on: its cases, lengths and families, stock's right
+    answers, where each candidate stands, and whether it stopped at the time budget."""
+    from lazymlx.evals.search import next_run, standing
+
+    lengths: dict[int, int] = {}
+    for _, length, _ in plan.cases:
+        lengths[length] = lengths.get(length, 0) + 1
+    families = list(dict.fromkeys(family for family, _, _ in plan.cases))
+    left = next_run(plan, records)
+    return {
+        "rests_on": f"{len(plan.cases)} cases ("
+        + ", ".join(f"{n} at {length}" for length, n in sorted(lengths.items()))
+        + f") in {len(families)} families: {', '.join(families)}",
+        "pace": f"stock at {1 / speed.prompt_s:.0f} prompt tok/s"
+        + (f", {1 / speed.decode_s:.1f} tok/s decoding" if speed.decode_s else "")
+        + " on the first case",
+        "spent": f"{elapsed_s / 60:.1f} min, {len(records)} runs",
+        "stopped": None if left is None else f"at the time budget, before {left[1]} on {left[0]}",
+        "search": standing(plan, records),
+    }
 
 
 def _announce(advance):
@@ -451,6 +588,15 @@ def calibrate(
             "--baselines", help="Baseline cache file to read and add to (default: yours)."
         ),
     ] = None,
+    minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--minutes",
+            min=0.1,
+            help="A time budget: the case set is sized to fit it at the model's speed on this "
+            "machine (timed on the first case), and the search stops at it.",
+        ),
+    ] = None,
     journal: Journal = None,
     resume: Resume = False,
     records: Annotated[
@@ -481,28 +627,33 @@ def calibrate(
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
     (the bar relative to the noise floor).
 
-    A run is long. On every calibration case (by default 3 per family at 1k and 2k, 1 at 4k and
-    8k, in every family) it runs stock mlx-lm (a registry model's answers are cached), the 8-bit
-    reference (--no-reference skips it) and each candidate schedule (about eight; --candidates
-    names fewer), each a whole prompt step. On 2 CPU cores stock Qwen2.5-Coder-0.5B takes about
-    23 s per 1k prompt tokens (benchmarks/README.md), so a whole run there is hours: --lengths,
-    --families and --cases make it shorter, and --journal with --resume continues a stopped one.
+    It runs the cheapest work first and stops when the answer is known: stock mlx-lm (a
+    registry model's answers are cached) and the 8-bit reference (--no-reference skips it) once
+    on every calibration case (by default 3 per family at 1k and 2k, 1 at 4k and 8k), then the
+    candidate schedules one at a time, least work first, each dropped as soon as its losses can
+    no longer meet the bar; the first to meet it on every case ends the search. That is stock
+    and the reference on every case plus about three candidate passes (Qwen2.5-Coder's
+    calibration: a third of the runs of every candidate on every case). On 2 CPU cores stock
+    Qwen2.5-Coder-0.5B takes about 23 s per 1k prompt tokens, so a whole run there is hours:
+    --minutes N sizes the cases to fit N minutes at the pace timed on the first case and stops
+    there, and --journal with --resume continues a stopped run.
     """
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import Bar, candidate_config, candidate_strategies, choose
+    from lazymlx.evals.calibrate import Bar, candidate_config, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
     from lazymlx.models.registry import REGISTRY
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)
+    if minutes is not None and records is not None:
+        raise LazymlxError("--minutes sizes a run; --records re-decides one without running")
     if records is not None:
         head, recorded = read_records(records)
     else:
         only = None if candidates is None else [c.strip() for c in candidates.split(",")]
-        strategies = candidate_strategies(resolve_preset("default", model), only)
-        recorded, head = _run_suite(
-            model, families, "calibration", lengths, cases, strategies, baselines, journal,
-            resume, reference=reference,
+        recorded, head = _search(
+            model, families, lengths, cases, only, baselines, journal, resume, reference, bar,
+            minutes,
         )  # fmt: skip
     result = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}
@@ -510,7 +661,8 @@ def calibrate(
     if result.chosen is None and result.fast is None:
         raise LazymlxError(
             f"no candidate kept {per_length:.0%} of the baseline's answers at every length and "
-            f"{per_family:.0%} in every family, nor {fast:.0%} overall; lower the bar or add cases"
+            f"{per_family:.0%} in every family, nor {fast:.0%} overall on every case it ran; "
+            "lower the bar, add cases, or give it more time (--journal with --resume goes on)"
         )
     if not save:
         return

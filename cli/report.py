@@ -139,3 +139,29 @@ def run_progress(total: int) -> Iterator[Callable[[str], None]]:
 
     with progress:
         yield advance
+
+
+@contextmanager
+def clock_progress(total_s: float) -> Iterator[Callable[[str], None]]:
+    """A bar over a calibration search's expected seconds on stderr, filled by the time spent,
+    with the time left beside the run at hand. A search's runs are not known ahead (it stops
+    when its answer is known), so a count of runs would promise what it does not do; the
+    time is what a user plans a coffee break around. Off a terminal, one plain line a run."""
+    started = time.monotonic()
+
+    def line(description: str) -> str:
+        elapsed = time.monotonic() - started
+        left = timedelta(seconds=round(max(total_s - elapsed, 0)))
+        return f"{description} ({timedelta(seconds=round(elapsed))}, about {left} left)"
+
+    if not err.is_terminal:
+        yield lambda description: err.print(line(description), soft_wrap=True, highlight=False)
+        return
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=err, transient=True
+    )
+    task = progress.add_task("starting", total=max(total_s, 1.0))
+    with progress:
+        yield lambda description: progress.update(
+            task, completed=time.monotonic() - started, description=line(description)
+        )

@@ -207,15 +207,17 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     model = str(tiny_model_dir)
     presets_file().unlink(missing_ok=True)
     args = [
-        "calibrate", "-m", model, "--families", "passkey", "--lengths", "1000", "--cases", "1",
+        "calibrate", "-m", model, "--families", "completion", "--lengths", "1000", "--cases", "1",
         "--per-length", "0", "--per-family", "0", "--fast", "0", "--name", "mine",
         "--baselines", str(tmp_path / "b.json"), "--output", "json",
     ]  # fmt: skip
     data = json.loads(invoke(*args))
-    candidates = [r for r in data["rows"] if r["mode"] != "baseline"]
-    assert len(candidates) >= 3 and all(r["meets_default"] for r in candidates)
-    fastest = min(candidates, key=lambda r: r["compute_fraction"])
-    assert data["chosen"] == data["fast"] == fastest["mode"]
+    # candidates run cheapest first until one meets the bar (the open-ended margin against
+    # the reference still applies); the cheapest meets fast's bar of 0 at once
+    candidates = [r for r in data["rows"] if r["mode"] not in ("baseline", "reference")]
+    assert candidates[-1]["mode"] == data["chosen"] and candidates[-1]["meets_default"]
+    assert not any(r["meets_default"] for r in candidates[:-1])
+    assert data["fast"] == candidates[0]["mode"]
     assert resolve_preset("mine", model).prunes and resolve_preset("mine-fast", model).prunes
     recorded = tmp_path / "calibration.json"  # re-decided from the JSON, running nothing
     recorded.write_text(json.dumps(data))
@@ -231,12 +233,16 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
 def test_calibrate_runs_only_the_candidates_named(tiny_model_dir: Path, tmp_path: Path, capsys):
     model = str(tiny_model_dir)
     args = [
-        "calibrate", "-m", model, "--families", "passkey", "--lengths", "1000", "--cases", "1",
+        "calibrate", "-m", model, "--families", "completion", "--lengths", "1000", "--cases", "1",
         "--per-length", "0", "--per-family", "0", "--fast", "0", "--no-reference",
         "--baselines", str(tmp_path / "b.json"), "--no-save", "-o", "json",
     ]  # fmt: skip
     data = json.loads(invoke(*args, "--candidates", "0.2@67%, 0.2@50%"))
-    assert [r["mode"] for r in data["rows"]] == ["baseline", "0.2@67%", "0.2@50%"]
+    modes = [r["mode"] for r in data["rows"]]  # the cheaper first, the other if it failed
+    assert (
+        modes[0] == "baseline"
+        and 1 <= len(set(modes[1:]) & {"0.2@67%", "0.2@50%"}) == len(modes) - 1
+    )
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--candidates", "0.2@67%,half"])
     assert exit_info.value.code == 1

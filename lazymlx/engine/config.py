@@ -112,6 +112,23 @@ class LazyConfig:
         """How many of the `present` tokens a pruning layer keeping `ratio` lets go on."""
         return max(math.ceil(ratio * present), min(present, self.min_keep))
 
+    def work_share(
+        self, tokens: int, num_layers: int, ranking: Sequence[int] | None = None
+    ) -> float:
+        """The share of stock's (token, layer) pairs a fresh prompt step of `tokens` tokens
+        computes, counted as the prompt step keeps them (min_prompt, min_keep, the sinks and
+        the last token forced on): known before anything runs, so calibration can try the
+        cheapest candidates first and a user can be told what a preset saves."""
+        if not self.prunes or tokens < self.min_prompt or tokens <= 0:
+            return 1.0
+        keep, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
+        least = min(tokens, min(self.keep_first, tokens) + 1)
+        for layer in range(num_layers):
+            pairs += present
+            if layer in keep:
+                present = max(self.kept_count(keep[layer], present), min(present, least))
+        return pairs / (tokens * num_layers)
+
     def pruning_layers(
         self, num_layers: int, ranking: Sequence[int] | None = None
     ) -> dict[int, float]:

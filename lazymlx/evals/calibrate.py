@@ -19,6 +19,7 @@ re-decided without running anything.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import LazyConfig
@@ -115,6 +116,24 @@ class Calibration:
     records: list[Record]
 
 
+CaseId = tuple[str, int, int]  # family, length, seed
+
+
+def case_id(record: Record) -> CaseId:
+    return (record.family, record.length, record.seed)
+
+
+def counting(records: Iterable[Record]) -> set[CaseId]:
+    """The cases whose candidate runs can move the bar: stock answers right, or the answer is
+    open-ended (judged against stock's own). Elsewhere a candidate's answer counts nowhere, so
+    the search (search.py) does not run it there and `choose` does not ask for it."""
+    return {
+        case_id(r)
+        for r in records
+        if r.mode == BASELINE and (r.baseline_correct or r.score is not None)
+    }
+
+
 Check = tuple[object, dict, float]  # a group (its length or family), its summary row, its bar
 
 
@@ -186,17 +205,18 @@ def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     """The frontier of a calibration run, its default and its fast trade."""
     rows = summarize(records)
 
-    def cases(mode: str) -> set[tuple]:
-        return {(r.family, r.length, r.seed) for r in records if r.mode == mode}
+    def cases(mode: str) -> set[CaseId]:
+        return {case_id(r) for r in records if r.mode == mode}
 
     def is_candidate(mode: str) -> bool:  # the bar applies to multi-turn runs after completion
         return mode not in (BASELINE, REFERENCE) and not mode.endswith(NO_IDLE)
 
-    every_case = cases(BASELINE)
+    every_case = counting(records)
     frontier = []
     for mode in dict.fromkeys(r.mode for r in records):
-        # a candidate run on only some of the cases (added later with --candidates) is shown
-        # but not chosen: its share would be over easier ground than the others'
+        # a candidate run on only some of the cases that count (dropped by the search, added
+        # later with --candidates) is shown but not chosen: its share would be over easier
+        # ground than the others'
         ran = cases(mode)
         covers = not is_candidate(mode) or ran >= every_case
         pooled = [r for r in rows if r["mode"] == mode and r["family"] == ALL]

@@ -292,6 +292,30 @@ def evaluate(
     return records
 
 
+def run_mode(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    case: Case,
+    strategy: Strategy,
+    baselines: BaselineCache,
+    reference: tuple[nn.Module, BaselineCache] | None = None,
+) -> Record:
+    """One case under one mode, as calibration's search asks for them one at a time: stock
+    (the baseline, cached), the reference (cached in its own entries) or a candidate beside
+    stock's outcome, which is run first if the cache lacks it."""
+    baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, None)
+    if strategy.mode == BASELINE:
+        return _record(case, BASELINE, baseline, baseline, fresh)
+    if strategy.mode == REFERENCE:
+        if reference is None:
+            raise LazymlxError("the reference runs only with its model (reference.round_trip)")
+        floor_model, floor_cache = reference
+        floor, _ = baseline_outcome(floor_model, tokenizer, case, floor_cache, None, REFERENCE)
+        return _record(case, REFERENCE, floor, baseline, fresh)
+    outcome = run_case(model, tokenizer, case, strategy.config)
+    return _record(case, strategy.mode, outcome, baseline, fresh)
+
+
 def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
     """The strategies a case runs: a multi-turn case runs each completing preset twice, after
     completion (its own mode) and with no idle time (mode + NO_IDLE). A chat of one message has

@@ -1,0 +1,261 @@
+"""Which run a calibration does next: the cheapest one that can still change its answer.
+
+Calibration used to run every candidate on every case. Most of that work decides nothing: a
+candidate that has lost more answers at a length than its bar allows will not be chosen
+whatever the other cases say, and once the fastest candidate still standing has met the bar on
+every case, slower ones cannot be chosen either. So stock and the 8-bit reference run once on
+every case first (they fix each group's bar, and whichever candidate is chosen needs them on
+every case), then candidates run one at a time, the one with the least scheduled work first
+(`LazyConfig.work_share`), each dropped the moment no outcome of its remaining cases could
+let it meet the bar. Every decision here is a pure function of the plan and the records so
+far, so an interrupted run resumes from its journal and a recorded one can be replayed
+(benchmarks/calibration_cost.py); `choose` (calibrate.py) still makes the choice.
+
+"Can no longer meet" is judged on the best completion: every case the candidate has not run
+is kept (similarity 1 for open-ended answers) and, where the reference has not run it yet,
+lost by the reference. With the relative bar a loss is forgiven where the reference loses too
+(the bar at a group is min(plain, the reference's share)), so a candidate stays while its
+losses in a group could still be matched by the reference's there, or its share could still
+reach the plain bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from lazymlx.evals.calibrate import OPEN_MARGIN, Bar, CaseId, case_id, counting
+from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.runner import Record
+
+Run = tuple[CaseId, str]  # a case and the mode to run on it
+TOLERANCE = 1e-9  # choose's own slack on a share meeting its bar
+# --minutes sizes the case set for stock, the reference and this many candidate passes: the
+# search drops failing candidates early, and on Qwen2.5-Coder's records it ran about three
+# passes' worth (benchmarks/calibration_cost.py)
+PLANNED_PASSES = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A search: its cases in the order candidates run them, its candidates cheapest first,
+    the cases the reference runs on (all of them, or none with --no-reference) and the bar."""
+
+    cases: tuple[CaseId, ...]
+    candidates: tuple[str, ...]
+    referenced: frozenset[CaseId]
+    bar: Bar = Bar()
+
+
+def run_order(cases: Iterable[CaseId]) -> tuple[CaseId, ...]:
+    """Cases round-robin: the first case of every family at every length (shortest first),
+    then every family's second, and so on. A candidate that loses in some group meets it
+    early, and the cheap lengths come first within a round."""
+    cases, ranked, seen = tuple(cases), [], {}
+    families = list(dict.fromkeys(family for family, _, _ in cases))
+    for case in cases:
+        group = case[:2]
+        seen[group] = seen.get(group, -1) + 1
+        ranked.append((seen[group], case[1], families.index(case[0]), case))
+    return tuple(case for *_, case in sorted(ranked))
+
+
+def by_work(
+    candidates: dict[str, Callable[[int], float]], lengths: Sequence[int]
+) -> tuple[str, ...]:
+    """Candidate names by their mean scheduled work share over the cases' lengths (each a
+    function of the prompt's tokens), least first; at equal work a sparse-decode one first,
+    as `choose` ranks them."""
+
+    def key(name: str) -> tuple[float, bool]:
+        share = sum(candidates[name](length) for length in lengths) / len(lengths)
+        return round(share, 12), not name.endswith(" sparse")
+
+    return tuple(sorted(candidates, key=key))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where a candidate stands: whether it could still meet the default's and the fast
+    trade's bars, the group it cannot meet (its reason), and whether it ran every case."""
+
+    default: bool
+    fast: bool
+    reason: str | None
+    done: bool
+
+
+def _by_mode(records: Iterable[Record]) -> dict[str, dict[CaseId, Record]]:
+    modes: dict[str, dict[CaseId, Record]] = {}
+    for r in records:
+        modes.setdefault(r.mode, {})[case_id(r)] = r
+    return modes
+
+
+def judge(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> Verdict:
+    """The candidate's verdict on the best completion of the cases it has not run; `seen`:
+    the records so far by mode and case."""
+    stock, floor, mine = seen.get(BASELINE, {}), seen.get(REFERENCE, {}), seen.get(mode, {})
+    right = [c for c in plan.cases if c not in stock or stock[c].baseline_correct]
+
+    def best_kept(case: CaseId) -> int:
+        return int(bool(mine[case].correct)) if case in mine else 1
+
+    def worst_floor(case: CaseId) -> int:  # a reference not run yet may still lose it
+        return int(bool(floor[case].correct)) if case in floor else 0
+
+    def meets(group: list[CaseId], plain: float) -> bool:
+        if not group:
+            return True
+        if sum(map(best_kept, group)) / len(group) >= plain - TOLERANCE:
+            return True
+        if not set(group) <= plan.referenced:  # no floor to lower the bar here
+            return False
+        return sum(best_kept(c) - worst_floor(c) for c in group) >= 0
+
+    groups = [
+        (f"{length} tokens", [c for c in right if c[1] == length], plan.bar.per_length)
+        for length in dict.fromkeys(c[1] for c in plan.cases)
+    ] + [
+        (family, [c for c in right if c[0] == family], plan.bar.per_family)
+        for family in dict.fromkeys(c[0] for c in plan.cases)
+    ]
+    reason = next((name for name, group, plain in groups if not meets(group, plain)), None)
+    reason = reason or _open_reason(plan, stock, floor, mine)
+    overall = sum(map(best_kept, right)) / len(right) if right else 0.0
+    todo = counting(stock.values()) | {c for c in plan.cases if c not in stock}
+    return Verdict(
+        default=reason is None,
+        fast=overall >= plan.bar.fast_overall - TOLERANCE,
+        reason=reason,
+        done=not (todo - set(mine)),
+    )
+
+
+def _open_reason(
+    plan: Plan,
+    stock: dict[CaseId, Record],
+    floor: dict[CaseId, Record],
+    mine: dict[CaseId, Record],
+) -> str | None:
+    """The open-ended family whose mean similarity to stock's answers can no longer come
+    within OPEN_MARGIN of the reference's (as calibrate.open_gaps pairs them), if any."""
+    families = {c[0] for c, r in stock.items() if r.score is not None}
+    for family in dict.fromkeys(c[0] for c in plan.cases):
+        if family not in families:
+            continue
+        cases = [c for c in plan.cases if c[0] == family]
+        if plan.referenced:  # paired with the reference's cases; stock's 1 where none runs
+            cases = [c for c in cases if c in plan.referenced]
+        gaps = [
+            (mine[c].score if c in mine else 1.0)
+            - (floor[c].score if c in floor else (0.0 if plan.referenced else 1.0))
+            for c in cases
+        ]
+        if gaps and sum(gaps) / len(gaps) < -OPEN_MARGIN - TOLERANCE:
+            return f"{family} (open-ended)"
+    return None
+
+
+def next_run(plan: Plan, records: Sequence[Record]) -> Run | None:
+    """The run that comes next, or None when the answer is known: stock, then the reference,
+    on every case; then the cheapest candidate still wanted, on its next case. A candidate is
+    wanted while it could meet the default's bar and no cheaper one has met it, or the fast
+    trade's and no cheaper one has met that."""
+    ran = _by_mode(records)
+    stock, floor = ran.get(BASELINE, {}), ran.get(REFERENCE, {})
+    for case in plan.cases:
+        if case not in stock:
+            return case, BASELINE
+    for case in plan.cases:
+        if case in plan.referenced and case not in floor:
+            return case, REFERENCE
+    todo, hard = counting(stock.values()), lost(records)
+    default_met = fast_met = False
+    for mode in plan.candidates:
+        verdict = judge(plan, ran, mode)
+        wanted = (verdict.default and not default_met) or (verdict.fast and not fast_met)
+        if verdict.done:
+            default_met |= verdict.default
+            fast_met |= verdict.fast
+        elif wanted:
+            left = [c for c in plan.cases if c in todo and c not in ran.get(mode, {})]
+            return min(left, key=lambda c: c not in hard), mode
+    return None
+
+
+def lost(records: Iterable[Record]) -> set[CaseId]:
+    """The cases some candidate has lost: a schedule that sank one cheaper candidate is the
+    likeliest to sink the next, so each candidate runs them first and, if it is to be
+    dropped, is dropped after the fewest runs."""
+    return {
+        case_id(r)
+        for r in records
+        if r.mode not in (BASELINE, REFERENCE) and r.baseline_correct and not r.correct
+    }
+
+
+def standing(plan: Plan, records: Sequence[Record]) -> dict[str, str]:
+    """Each candidate's place in the search, for the report: met, dropped (and why) or not
+    needed (a cheaper one met the bar first)."""
+    out, default_met, seen = {}, False, _by_mode(records)
+    for mode in plan.candidates:
+        verdict = judge(plan, seen, mode)
+        cases = sum(r.mode == mode for r in records)
+        if verdict.done and verdict.default:
+            out[mode] = f"met the default's bar on {cases} cases"
+            default_met = True
+        elif not verdict.default:
+            trade = ", kept for the fast trade" if verdict.fast else ""
+            out[mode] = f"dropped after {cases} cases: below its bar in {verdict.reason}{trade}"
+        elif default_met:
+            out[mode] = "not needed: a cheaper candidate met the bar"
+        else:
+            out[mode] = f"unfinished after {cases} cases"
+    return out
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The model's pace on this machine, from one stock run: seconds per prompt token and per
+    generated token."""
+
+    prompt_s: float
+    decode_s: float
+
+    def run_s(self, tokens: int, max_tokens: int, share: float = 1.0) -> float:
+        """A run's expected seconds: its prompt step at `share` of stock's work, then decoding."""
+        return tokens * self.prompt_s * share + max_tokens * self.decode_s
+
+
+def fit(
+    cases: Sequence[CaseId],
+    case_s: Callable[[CaseId], float],
+    budget_s: float,
+) -> tuple[CaseId, ...]:
+    """The cases, in their order, that fit `budget_s` seconds at `case_s` each (a case's whole
+    cost in the search); one that does not fit is skipped and cheaper later ones still tried.
+    The first always stays: a choice rests on at least one case."""
+    chosen, spent = [], 0.0
+    for case in cases:
+        cost = case_s(case)
+        if not chosen or spent + cost <= budget_s:
+            chosen.append(case)
+            spent += cost
+    return tuple(chosen)
+
+
+def run_search(
+    plan: Plan,
+    run: Callable[[Run], Record],
+    records: Sequence[Record] = (),
+    stop: Callable[[Run], bool] = lambda step: False,
+) -> list[Record]:
+    """The search to its end: `records` (a resumed journal's) kept, then each run `next_run`
+    asks for made by `run` until the answer is known or `stop` says the next one does not fit
+    (a time budget)."""
+    done = list(records)
+    while (step := next_run(plan, done)) is not None and not stop(step):
+        done.append(run(step))
+    return done

@@ -1,0 +1,215 @@
+"""Calibration's search (lazymlx/evals/search.py): what it runs, when it stops, and that it
+chooses what running every candidate on every case would; on synthetic records (no model),
+then end to end through `lazymlx calibrate --minutes` on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import lazymlx
+from lazymlx.cli.app import app
+from lazymlx.engine.config import PRESETS, LazyConfig
+from lazymlx.evals.calibrate import Bar, choose
+from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.runner import Record
+from lazymlx.evals.search import (
+    Plan,
+    Speed,
+    by_work,
+    fit,
+    next_run,
+    run_order,
+    run_search,
+    standing,
+)
+
+# three candidates, cheapest first by the work they schedule
+SHARES = {"hard": 0.4, "middle": 0.5, "soft": 0.7}
+OPEN_FAMILY = "summary"
+
+
+def _record(case, mode: str, correct: bool, baseline_correct: bool = True, score=None) -> Record:
+    family, length, seed = case
+    share = SHARES.get(mode, 1.0)
+    return Record(
+        family, "calibration", length, seed, "raw", "filler", 0.5, mode, length, correct,
+        baseline_correct, 3, correct, 1.0, 2.0, share, share, 10.0, 1.0, "", [1, 2, 3],
+        score=score,
+    )  # fmt: skip
+
+
+class Oracle:
+    """Every run's outcome, fixed ahead: what a deterministic greedy model would answer."""
+
+    def __init__(self, outcomes: dict[tuple, tuple[bool, float | None]], stock_right: dict):
+        self.outcomes, self.stock_right, self.runs = outcomes, stock_right, []
+
+    def __call__(self, step) -> Record:
+        self.runs.append(step)
+        case, mode = step
+        right = self.stock_right.get(case, True)
+        if mode == BASELINE:
+            score = 1.0 if case[0] == OPEN_FAMILY else None
+            return _record(case, mode, right, right, score)
+        correct, score = self.outcomes.get(step, (True, 1.0 if case[0] == OPEN_FAMILY else None))
+        return _record(case, mode, correct, right, score)
+
+    def grid(self, plan: Plan) -> list[Record]:
+        """What calibrating without the search ran: every mode on every case."""
+        modes = [BASELINE, *([REFERENCE] if plan.referenced else []), *plan.candidates]
+        return [self((case, mode)) for case in plan.cases for mode in modes]
+
+
+def _cases(families=("passkey", "json"), lengths=(1024, 2048), seeds=3):
+    return run_order((f, n, s) for f in families for n in lengths for s in range(seeds))
+
+
+def _plan(cases, reference=True, bar: Bar | None = None) -> Plan:
+    bar = bar or Bar()
+    return Plan(cases, tuple(SHARES), frozenset(cases) if reference else frozenset(), bar)
+
+
+def test_the_cheapest_candidate_meeting_the_bar_ends_the_search():
+    cases = _cases()
+    plan, oracle = _plan(cases), Oracle({}, {})
+    records = run_search(plan, oracle)
+    assert [mode for _, mode in oracle.runs[: 2 * len(cases)]] == [BASELINE] * len(cases) + [
+        REFERENCE
+    ] * len(cases)  # stock and the reference once per case, first
+    assert {mode for _, mode in oracle.runs[2 * len(cases) :]} == {"hard"}
+    assert choose(records).chosen == choose(records).fast == "hard"
+    assert standing(plan, records)["soft"].startswith("not needed")
+
+
+def test_a_loss_the_reference_does_not_share_drops_a_candidate_at_once():
+    cases = _cases()
+    lost = ("json", 2048, 0)
+    oracle = Oracle({(lost, "hard"): (False, None)}, {})
+    plan = _plan(cases, bar=Bar(fast_overall=1.0))  # hard can meet no bar after its loss
+    records = run_search(plan, oracle)
+    hard = [case for case, mode in oracle.runs if mode == "hard"]
+    assert hard[-1] == lost and len(hard) < len(cases)  # nothing after the loss
+    assert choose(records).chosen == "middle"
+    assert "2048 tokens" in standing(plan, records)["hard"]
+
+
+def test_a_loss_the_reference_shares_is_forgiven_by_the_relative_bar():
+    cases = _cases()
+    lost = ("json", 2048, 0)
+    oracle = Oracle({(lost, "hard"): (False, None), (lost, REFERENCE): (False, None)}, {})
+    records = run_search(_plan(cases), oracle)
+    assert choose(records).chosen == "hard"
+    assert not any(mode == "middle" for _, mode in oracle.runs)
+
+
+def test_a_candidate_runs_first_the_cases_a_cheaper_one_lost():
+    cases = _cases()
+    lost = ("json", 2048, 2)  # the last case in run order
+    oracle = Oracle({(lost, "hard"): (False, None), (lost, "middle"): (False, None)}, {})
+    run_search(_plan(cases, bar=Bar(fast_overall=1.0)), oracle)
+    middle = [case for case, mode in oracle.runs if mode == "middle"]
+    assert middle == [lost]  # lost there too: dropped after one run
+
+
+def test_cases_stock_gets_wrong_are_not_run_by_candidates():
+    cases = _cases()
+    wrong = ("passkey", 1024, 1)
+    oracle = Oracle({}, {wrong: False})
+    records = run_search(_plan(cases), oracle)
+    assert (wrong, "hard") not in oracle.runs and choose(records).chosen == "hard"
+
+
+def test_the_open_ended_margin_is_judged_against_the_reference():
+    cases = _cases(families=(OPEN_FAMILY,), lengths=(512,), seeds=4)
+    low = {(case, "hard"): (True, 0.7) for case in cases}  # 0.3 below the floor's 1.0
+    oracle = Oracle(low, {})
+    plan = _plan(cases)
+    records = run_search(plan, oracle)
+    assert (choose(records).chosen, choose(records).fast) == ("middle", "hard")
+    assert "summary (open-ended)" in standing(plan, records)["hard"]
+
+
+def test_the_search_stops_where_the_budget_says():
+    cases = _cases()
+    oracle = Oracle({}, {})
+    records = run_search(_plan(cases), oracle, stop=lambda step: step[1] == "hard")
+    assert {r.mode for r in records} == {BASELINE, REFERENCE}
+    assert choose(records).chosen is None
+    assert next_run(_plan(cases), records) == (cases[0], "hard")  # --resume goes on here
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_search_chooses_what_running_everything_chooses(seed: int):
+    """Random outcomes, with and without the reference: the drops never lose the answer."""
+    rng = random.Random(seed)
+    cases = _cases(families=("passkey", "json", OPEN_FAMILY), lengths=(512, 1024), seeds=4)
+    outcomes = {}
+    for case in cases:
+        for mode, p in ((REFERENCE, 0.97), ("hard", 0.9), ("middle", 0.95), ("soft", 0.98)):
+            score = rng.choice((1.0, 1.0, 0.9, 0.6)) if case[0] == OPEN_FAMILY else None
+            outcomes[case, mode] = (rng.random() < p, score)
+    stock_right = {case: rng.random() < 0.9 for case in cases}
+    bar = Bar(fast_overall=rng.choice((0.9, 0.95)))
+    for reference in (True, False):
+        plan = _plan(cases, reference, bar)
+        searched = choose(run_search(plan, Oracle(outcomes, stock_right)), bar)
+        full = choose(Oracle(outcomes, stock_right).grid(plan), bar)
+        assert (searched.chosen, searched.fast) == (full.chosen, full.fast)
+
+
+def test_cases_run_round_robin_cheap_lengths_first():
+    cases = [("a", 2048, 0), ("a", 1024, 0), ("a", 1024, 1), ("b", 1024, 0)]
+    assert run_order(cases) == (("a", 1024, 0), ("b", 1024, 0), ("a", 2048, 0), ("a", 1024, 1))
+
+
+def test_candidates_rank_by_scheduled_work_sparse_first_on_a_tie():
+    shares = {"b": lambda n: 0.5, "a sparse": lambda n: 0.5, "c": lambda n: 0.4}
+    assert by_work(shares, [1024]) == ("c", "a sparse", "b")
+
+
+def test_the_budget_keeps_the_cases_that_fit():
+    cost = {("a", 256, 0): 10.0, ("a", 4096, 0): 100.0, ("b", 256, 0): 10.0}
+    assert fit(list(cost), cost.get, 25.0) == (("a", 256, 0), ("b", 256, 0))
+    assert fit([("a", 4096, 0)], cost.get, 1.0) == (("a", 4096, 0),)  # one case at least
+    assert Speed(0.01, 0.1).run_s(1000, 10, share=0.5) == pytest.approx(6.0)
+
+
+def test_work_share_is_what_the_prompt_step_computes(tiny):
+    model, tokenizer = tiny
+    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.3)), keep_first=4, min_keep=40)
+    prompt = [3 + i % 250 for i in range(600)]
+    *_, last = lazymlx.stream_generate(model, tokenizer, prompt, max_tokens=1, lazy=config)
+    layers = len(model.layers)
+    assert config.work_share(len(prompt), layers) == pytest.approx(last.lazy.work_share)
+    assert PRESETS["default"].work_share(1003, 24) == pytest.approx(0.76678, abs=1e-5)
+    assert PRESETS["default"].work_share(200, 24) == 1.0  # under min_prompt: whole
+
+
+def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(
+    tiny_model_dir: Path, tmp_path: Path
+):
+    journal = tmp_path / "journal.jsonl"
+    args = [
+        "calibrate", "-m", str(tiny_model_dir), "--families", "completion,passkey",
+        "--lengths", "600,1000", "--cases", "1", "--minutes", "2", "--per-length", "0",
+        "--per-family", "0", "--fast", "0", "--baselines", str(tmp_path / "b.json"),
+        "--journal", str(journal), "--no-save", "--output", "json",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["rests_on"].startswith("4 cases (2 at 600, 2 at 1000) in 2 families")
+    assert "prompt tok/s" in data["pace"] and data["stopped"] is None
+    assert data["chosen"] in data["search"] and float(data["spent"].split()[0]) < 2
+    lines = journal.read_text().splitlines()
+    again = CliRunner().invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    resumed = json.loads(again.stdout)
+    assert resumed["resumed"] == len(lines) and journal.read_text().splitlines() == lines
+    assert resumed["chosen"] == data["chosen"]
