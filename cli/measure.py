@@ -424,7 +424,8 @@ def _search(
 
     order = by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in suite])
     ids = run_order(suite)
-    if resumed := {case_id(r) for r in earlier if r.mode == BASELINE}:  # its cases, as sized
+    resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
+    if resumed and minutes is not None:  # a budgeted run goes on with its cases, as sized
         ids = tuple(c for c in ids if c in resumed)
     records = [r for r in earlier if case_id(r) in set(ids)]
 
