@@ -140,6 +140,83 @@ def _calibration_note(preset: str, model: str) -> str | None:
     return None
 
 
+DEFAULT_CALIBRATION_LENGTHS = "1k,2k,4k,8k"  # `lazymlx calibrate`'s --lengths default
+
+
+def _first_use_note(preset: str, model: str, loaded) -> tuple[str | None, bool]:
+    """The calibration note, and whether it is the first-use one: the first time an
+    uncalibrated model runs here, instead one line saying what the built-in rule computes and
+    how long `lazymlx calibrate` would take on this machine, timed on a short stock prompt
+    (seconds, once per model): the moment a user first meets the rule is the moment to say
+    what calibrating costs."""
+    from lazymlx import collectives
+
+    note = _calibration_note(preset, model)
+    # a group's ranks run the model together: rank 0 cannot time it alone
+    if note is None or collectives.size() > 1 or not _first_time(model):
+        return note, False
+    from lazymlx.engine.presets import resolve_preset
+    from lazymlx.evals.calibrate import SCHEDULES, candidate_config
+    from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS, suite_counts
+    from lazymlx.evals.measure import run_once
+    from lazymlx.evals.search import Speed, by_work, calibration_minutes
+    from lazymlx.lengths import parse_lengths
+
+    model_obj, tokenizer = loaded
+    layers = len(model_obj.layers)
+    config = resolve_preset(preset, model)
+    default = resolve_preset("default", model)
+    configs = {name: candidate_config(default, name) for name in SCHEDULES}
+    shares = {name: lambda n, c=c: c.work_share(n, layers) for name, c in configs.items()}
+    lengths = parse_lengths(DEFAULT_CALIBRATION_LENGTHS)
+    cheapest = [shares[name] for name in by_work(shares, lengths)]
+    families = [f for f in FAMILIES if tokenizer.chat_template or f not in CHAT_FAMILIES]
+    probe = [3 + i % 200 for i in range(256)]
+    run = run_once(model_obj, tokenizer, probe, 4, None)
+    speed = Speed(1 / run.prompt_tps, 1 / run.generation_tps if run.generation_tps else 0.0)
+    minutes = calibration_minutes(
+        speed,
+        suite_counts("calibration", lengths),
+        families,
+        cheapest,
+        lambda family: OPEN_TOKENS if family in OPEN else 16,
+    )
+    return (
+        f"{model} is not calibrated: {preset!r} is the built-in rule, "
+        f"{config.work_share(2048, layers):.0%} of the prompt work at 2k tokens; "
+        f"`lazymlx calibrate -m {model}` takes about {minutes:.0f} minutes on this machine"
+        + (" (--minutes 10 fits it to ten)" if minutes > 10 else "")
+    ), True
+
+
+def _told(loaded, preset: str, model: str):
+    """The loaded model, after its first-use line where it has one (the server loads in its
+    generation thread, so the line comes as the model is ready)."""
+    note, first = _first_use_note(preset, model, loaded)
+    if first:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
+    return loaded
+
+
+def _first_time(model: str) -> bool:
+    """Whether this model has not been used here before, marking it used (told.json beside the
+    saved presets)."""
+    from lazymlx.engine.presets import model_key, presets_file
+
+    path = presets_file().with_name("told.json")
+    try:
+        told = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        told = {}
+    key = model_key(model)
+    if key in told:
+        return False
+    told[key] = True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(told))
+    return True
+
+
 def preflight(model: str) -> None:
     """A .gguf of an architecture the import can't convert is refused at once, before MLX and
     mlx-lm are imported (seconds) or a tensor is read."""
@@ -280,7 +357,7 @@ def chat(
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
-    note = _calibration_note(lazy, model)
+    note, first = _first_use_note(lazy, model, loaded)
     session = ChatSession(
         *loaded,
         system=system,
@@ -299,7 +376,10 @@ def chat(
         session.complete_step, lambda text: len(session.tokenizer.encode(text, verbose=False))
     )
     title = f"{model} · preset {lazy}{' (not calibrated on it)' if note else ''} · {device_name()}"
-    repl(session, read_line=reader, files=files, title=title, quiet=quiet, verbose=verbose)
+    repl(
+        session, read_line=reader, files=files, title=title, quiet=quiet, verbose=verbose,
+        note=note if first and not quiet else None,  # the title says the short one
+    )  # fmt: skip
 
 
 @app.command()
@@ -371,7 +451,8 @@ def generate(
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
-    if (note := _calibration_note(lazy, model)) and not quiet:
+    note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer))
+    if note and not quiet:
         err.print(note, style="dim", markup=False, soft_wrap=True)
     sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
     tokens: str | list[int] = prompt
@@ -553,7 +634,11 @@ def serve(
     _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
     with sock or contextlib.nullcontext():
-        llm = LLM(lambda: load_model(model), lazy=lazy, context_bytes=int(context_gb * 1e9))
+        llm = LLM(
+            lambda: _told(load_model(model), lazy, model),
+            lazy=lazy,
+            context_bytes=int(context_gb * 1e9),
+        )
         if sock is None:  # another rank of a group: it runs the requests rank 0 hands on
             # Ctrl-C in a terminal reaches every rank; rank 0 stops serving and tells the others
             signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -282,10 +282,14 @@ def repl(
     title: str = "",
     quiet: bool = False,
     verbose: bool = False,
+    note: str | None = None,
 ) -> None:
-    """The interactive chat; one dim line opens it: `title` (model, preset, device), then hints."""
+    """The interactive chat; one dim line opens it: `title` (model, preset, device), then hints;
+    `note` (what calibrating costs, the first time a model runs uncalibrated) under it."""
     hints = "type a message, /help for commands, /bye to leave"
     err.print(f"{title} · {hints}" if title else hints, style="dim", markup=False, soft_wrap=True)
+    if note:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
     while True:
         try:
             message, is_command = read_message(read_line)

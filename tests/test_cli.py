@@ -731,6 +731,9 @@ def test_lazy_state_save_writes_what_the_cli_reads(tmp_path: Path, tiny_model_di
 
 
 def test_an_uncalibrated_model_says_so_in_one_dim_line(tiny_model_dir: Path):
+    from lazymlx.cli.app import _first_time
+
+    _first_time(str(tiny_model_dir))  # used before: its first-use line is test_first_use's
     result = runner.invoke(app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if "calibrat" in line]

@@ -259,3 +259,24 @@ def run_search(
     while (step := next_run(plan, done)) is not None and not stop(step):
         done.append(run(step))
     return done
+
+
+def calibration_minutes(
+    speed: Speed,
+    counts: dict[int, int],
+    families: Sequence[str],
+    shares: Sequence[Callable[[int], float]],
+    answer_tokens: Callable[[str], int],
+) -> float:
+    """About how long a calibration search takes at `speed`: stock and the reference on every
+    case (`counts[length]` cases of each family) and PLANNED_PASSES candidate passes at the
+    cheapest candidates' scheduled work (`shares`, cheapest first)."""
+    seconds = 0.0
+    for length, cases in counts.items():
+        for family in families:
+            answer = answer_tokens(family)
+            runs = 2 * speed.run_s(length, answer) + sum(
+                speed.run_s(length, answer, share(length)) for share in shares[:PLANNED_PASSES]
+            )
+            seconds += cases * runs
+    return seconds / 60
