@@ -422,22 +422,25 @@ def _search(
         layers = len(adapter.layers)
         return strategies[mode].config.work_share(tokens, layers, adapter.ranking_layers)
 
-    order = by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in suite])
-    ids = run_order(suite)
-    resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
-    if resumed and minutes is not None:  # a budgeted run goes on with its cases, as sized
+    def ranked(cases) -> tuple[str, ...]:
+        return by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in cases])
+
+    order, ids = ranked(suite), run_order(suite)
+    # a budgeted run that reached its candidates goes on with its cases, as sized (stock ran on
+    # all of them first); one stopped before them never used its sizing and is sized again
+    sized = minutes is not None and any(r.mode not in (BASELINE, REFERENCE) for r in earlier)
+    if sized:
+        resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
         ids = tuple(c for c in ids if c in resumed)
-    records = [r for r in earlier if case_id(r) in set(ids)]
 
     def keep(record) -> None:
         if journal:
             with open(journal, "a") as log:
                 log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
 
-    speed, probe = _pace(loaded, tokenizer, suite[ids[0]], cache)
-    if probe is not None and not any(r.mode == BASELINE and case_id(r) == ids[0] for r in records):
-        records.append(probe)
-        keep(probe)
+    # timed on a one-prompt case: a later turn's TTFT covers only what it adds to the context
+    paced = next((c for c in ids if len(suite[c].segments) == 1), ids[0])
+    speed, probe = _pace(loaded, tokenizer, suite[paced], cache)
 
     def run_s(step) -> float:
         (family, length, seed), mode = step
@@ -448,9 +451,15 @@ def _search(
         return sum(run_s((case, mode)) for mode in modes)
 
     deadline = None if minutes is None else started + 60 * minutes
-    if deadline is not None and not resumed:
+    if deadline is not None and not sized:
         ids = fit(ids, case_s, deadline - time.monotonic())
-    plan = Plan(ids, order, frozenset(ids) if reference else frozenset(), bar)
+    kept = set(ids)
+    records = [r for r in earlier if case_id(r) in kept]
+    ran = {case_id(r) for r in records if r.mode == BASELINE}
+    if probe is not None and paced in kept and paced not in ran:
+        records.append(probe)
+        keep(probe)
+    plan = Plan(ids, ranked(ids), frozenset(ids) if reference else frozenset(), bar)
     modes = {**strategies, BASELINE: BASELINE_STRATEGY, REFERENCE: Strategy(REFERENCE, None)}
     with clock_progress(sum(map(case_s, ids))) as tick:
 

@@ -197,7 +197,7 @@ def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(
     journal = tmp_path / "journal.jsonl"
     args = [
         "calibrate", "-m", str(tiny_model_dir), "--families", "completion,passkey",
-        "--lengths", "600,1000", "--cases", "1", "--minutes", "2", "--per-length", "0",
+        "--lengths", "600,1000", "--cases", "1", "--minutes", "30", "--per-length", "0",
         "--per-family", "0", "--fast", "0", "--baselines", str(tmp_path / "b.json"),
         "--journal", str(journal), "--no-save", "--output", "json",
     ]  # fmt: skip
@@ -206,10 +206,15 @@ def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(
     data = json.loads(result.stdout)
     assert data["rests_on"].startswith("4 cases (2 at 600, 2 at 1000) in 2 families")
     assert "prompt tok/s" in data["pace"] and data["stopped"] is None
-    assert data["chosen"] in data["search"] and float(data["spent"].split()[0]) < 2
+    assert data["chosen"] in data["search"] and float(data["spent"].split()[0]) < 30
     lines = journal.read_text().splitlines()
     again = CliRunner().invoke(app, [*args, "--resume"])
     assert again.exit_code == 0, again.output
     resumed = json.loads(again.stdout)
     assert resumed["resumed"] == len(lines) and journal.read_text().splitlines() == lines
     assert resumed["chosen"] == data["chosen"]
+    # stopped before any candidate ran: its sizing was never used, so it is sized again
+    journal.write_text(next(line for line in lines if '"mode": "baseline"' in line) + "\n")
+    early = CliRunner().invoke(app, [*args, "--resume"])
+    assert early.exit_code == 0, early.output
+    assert json.loads(early.stdout)["rests_on"].startswith("4 cases")
