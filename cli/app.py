@@ -143,50 +143,60 @@ def _calibration_note(preset: str, model: str) -> str | None:
 DEFAULT_CALIBRATION_LENGTHS = "1k,2k,4k,8k"  # `lazymlx calibrate`'s --lengths default
 
 
-def _first_use_note(preset: str, model: str, loaded) -> tuple[str | None, bool]:
+def _first_use_note(
+    preset: str, model: str, loaded, quiet: bool = False
+) -> tuple[str | None, bool]:
     """The calibration note, and whether it is the first-use one: the first time an
     uncalibrated model runs here, instead one line saying what the built-in rule computes and
     how long `lazymlx calibrate` would take on this machine, timed on a short stock prompt
     (seconds, once per model): the moment a user first meets the rule is the moment to say
-    what calibrating costs."""
+    what calibrating costs. A quiet run shows no note, so it keeps the first use for later."""
     from lazymlx import collectives
 
     note = _calibration_note(preset, model)
     # a group's ranks run the model together: rank 0 cannot time it alone
-    if note is None or collectives.size() > 1 or not _first_time(model):
+    if note is None or quiet or collectives.size() > 1 or not _first_time(model):
         return note, False
     from lazymlx.engine.presets import resolve_preset
+    from lazymlx.models.adapters import adapter_for
+
+    adapter = adapter_for(loaded[0])  # a windowed model prunes only at its global layers
+    layers, ranking = len(adapter.layers), adapter.ranking_layers
+    minutes = _calibration_minutes(loaded, resolve_preset("default", model), layers, ranking)
+    share = resolve_preset(preset, model).work_share(2048, layers, ranking)
+    return (
+        f"{model} is not calibrated: {preset!r} is the built-in rule, "
+        f"{share:.0%} of the prompt work at 2k tokens; "
+        f"`lazymlx calibrate -m {model}` takes about {minutes:.0f} minutes on this machine"
+        + (" (--minutes 10 fits it to ten)" if minutes > 10 else "")
+    ), True
+
+
+def _calibration_minutes(loaded, default: LazyConfig, layers: int, ranking) -> float:
+    """What `lazymlx calibrate` on its default cases would take here: stock timed on a
+    256-token prompt and four decode steps, times what the search runs
+    (search.calibration_minutes), the cheapest candidates built from `default`."""
     from lazymlx.evals.calibrate import SCHEDULES, candidate_config
     from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS, suite_counts
     from lazymlx.evals.measure import run_once
     from lazymlx.evals.search import Speed, by_work, calibration_minutes
     from lazymlx.lengths import parse_lengths
 
-    model_obj, tokenizer = loaded
-    layers = len(model_obj.layers)
-    config = resolve_preset(preset, model)
-    default = resolve_preset("default", model)
+    model, tokenizer = loaded
     configs = {name: candidate_config(default, name) for name in SCHEDULES}
-    shares = {name: lambda n, c=c: c.work_share(n, layers) for name, c in configs.items()}
+    shares = {name: lambda n, c=c: c.work_share(n, layers, ranking) for name, c in configs.items()}
     lengths = parse_lengths(DEFAULT_CALIBRATION_LENGTHS)
     cheapest = [shares[name] for name in by_work(shares, lengths)]
     families = [f for f in FAMILIES if tokenizer.chat_template or f not in CHAT_FAMILIES]
-    probe = [3 + i % 200 for i in range(256)]
-    run = run_once(model_obj, tokenizer, probe, 4, None)
+    run = run_once(model, tokenizer, [3 + i % 200 for i in range(256)], 4, None)
     speed = Speed(1 / run.prompt_tps, 1 / run.generation_tps if run.generation_tps else 0.0)
-    minutes = calibration_minutes(
+    return calibration_minutes(
         speed,
         suite_counts("calibration", lengths),
         families,
         cheapest,
         lambda family: OPEN_TOKENS if family in OPEN else 16,
     )
-    return (
-        f"{model} is not calibrated: {preset!r} is the built-in rule, "
-        f"{config.work_share(2048, layers):.0%} of the prompt work at 2k tokens; "
-        f"`lazymlx calibrate -m {model}` takes about {minutes:.0f} minutes on this machine"
-        + (" (--minutes 10 fits it to ten)" if minutes > 10 else "")
-    ), True
 
 
 def _told(loaded, preset: str, model: str):
@@ -357,7 +367,7 @@ def chat(
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
-    note, first = _first_use_note(lazy, model, loaded)
+    note, first = _first_use_note(lazy, model, loaded, quiet)
     session = ChatSession(
         *loaded,
         system=system,
@@ -451,7 +461,7 @@ def generate(
         on_leader(check_save_path, prompt_cache_file)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
-    note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer))
+    note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
     if note and not quiet:
         err.print(note, style="dim", markup=False, soft_wrap=True)
     sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)

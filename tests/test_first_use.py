@@ -21,6 +21,8 @@ def test_generate_says_what_calibrating_costs_the_first_time_only(
     shutil.copytree(tiny_model_dir, model)
     runner = CliRunner()
     args = ["generate", "-m", str(model), "-p", "the", "--raw", "-n", "2"]
+    quiet = runner.invoke(app, [*args, "--quiet"])  # shows no note: keeps the first use
+    assert quiet.exit_code == 0 and "calibrat" not in quiet.stderr
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     line = re.search(r"is not calibrated: 'default' is the built-in rule, (\d+)% of the prompt "
