@@ -5,6 +5,7 @@
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
+.venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
 .venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl
@@ -286,6 +287,27 @@ def families_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def open_table(paths: list[Path]) -> str:
+    """Open-ended answers per length and mode, families pooled and each apart: mean similarity
+    to stock's answer (95% CI), answers kept (similarity >= 0.5, no new loop), answers looping
+    where stock's does not, and the prefill work counted."""
+    rows = [r for r in summarize(records(paths)) if r["score"] is not None and r["length"] != ALL]
+    lines = [
+        "| length | mode | family | similarity to stock (95% CI) | kept | new loops | work |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    order = sorted(rows, key=lambda r: (r["length"], r["mode"] != REFERENCE, r["family"] != ALL))
+    for r in order:
+        if r["mode"] == BASELINE:
+            continue
+        low, high = r["score_interval"]
+        lines.append(
+            f"| {r['length']} | {r['mode']} | {r['family']} | {r['score']:.2f} ({low:.2f}-{high:.2f}) "
+            f"| {r['kept']}/{r['baseline_right']} | {r['new_loops']} | {r['compute_fraction']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
 def accuracy_table(paths: list[Path]) -> str:
     """Right answers per family and length for each mode (stock first): accuracy as the paper
     reports it, over every scored case that ran (free-form families have no gold)."""
@@ -464,6 +486,7 @@ TABLES = {
     "eval": eval_table,
     "families": families_table,
     "freeform": freeform_table,
+    "open": open_table,
     "multiturn": multiturn_table,
     "accuracy": accuracy_table,
     "kept": kept_table,
