@@ -10,6 +10,8 @@ from conftest import assert_keep_all_reproduces_stock
 
 import lazymlx
 from lazymlx import LazyConfig
+from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.families import make_case
 from lazymlx.prompts import passkey_prompt
 from lazymlx.session import ChatSession
 
@@ -55,9 +57,11 @@ def test_keep_all_reproduces_stock_mlx_lm(name, qwen, gemma):
 
 @pytest.mark.parametrize("name", [QWEN, GEMMA])
 def test_the_default_prunes_and_keeps_the_passkey(name, qwen, gemma):
-    """600 tokens: past the window of Gemma's local layers, and the default's min_prompt."""
+    """Past the window of Gemma's local layers, the default's min_prompt, and far enough past
+    its floor (min_keep) that the ratios decide what goes on."""
     model, tokenizer = qwen if name == QWEN else gemma
-    prompt = passkey_prompt(tokenizer, 600, depth=0.3)
+    floor = resolve_preset("default", name).min_keep
+    prompt = passkey_prompt(tokenizer, max(600, floor * 3 // 2), depth=0.3)
     stock = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
     responses = list(
         lazymlx.stream_generate(
@@ -67,3 +71,15 @@ def test_the_default_prunes_and_keeps_the_passkey(name, qwen, gemma):
     assert prompt.correct(stock)
     assert prompt.correct("".join(r.text for r in responses))
     assert responses[-1].lazy.work_share < 0.85
+
+
+def test_a_short_document_summarized_under_the_default_is_stocks_summary(qwen):
+    """Issue 53: a ~450-token document summarized through the chat looped under the default's
+    ratios (40-100 tokens left in the deep layers); its floor keeps such a prompt whole."""
+    model, tokenizer = qwen
+    case = make_case("summary", tokenizer, 512, 0, "validation")
+    replies = []
+    for lazy in (None, resolve_preset("default", QWEN)):
+        session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=24)
+        replies.append("".join(r.text for r in session.send(case.segments[0])))
+    assert replies[0] == replies[1]
