@@ -146,7 +146,7 @@ def test_a_lazy_state_takes_the_conversation_after_its_offset(tiny):
     then every token generated), so the next call passes the conversation after them, and
     answers as the whole conversation computed at once does."""
     model, tokenizer = tiny
-    assert "conversation_tokens[state.offset:]" in USAGE.read_text()
+    assert "conversation_tokens[state.offset :]" in USAGE.read_text()  # as ruff formats it
     messages = [{"role": "user", "content": "the cat"}]
     turn_1 = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     state = lazymlx.LazyState(model)
