@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_measure_cli import BENCH_ROW_KEYS, invoke
 
-from lazymlx.evals.families import FAMILIES
+from lazymlx.evals.families import FAMILIES, OPEN
 
 pytestmark = pytest.mark.real_model
 # The shipped presets' greedy tokens on the smoke cases, written when the engine's unused knobs
@@ -73,6 +73,13 @@ def test_eval_smoke_on_the_default_model(real):
     assert {family for family, _ in rows} == set(FAMILIES) | {"all"}
     default = rows["all", "lazy:default"]
     assert default["compute_fraction"] < 0.9
-    assert default["baseline_right"] >= 8 and default["kept_share"] >= 0.9
+    # the bar SmolLM2's default was calibrated to: the planted facts (its open-ended answers
+    # at 1k, summary and second turn, are not kept: benchmarks/README.md, "Open-ended answers")
+    planted = [c for c in data["cases"] if c["mode"] == "lazy:default" and c["family"] not in OPEN]
+    right = [c for c in planted if c["baseline_correct"]]
+    assert len(right) >= 8 and sum(bool(c["correct"]) for c in right) >= 0.9 * len(right)
+    for family in OPEN:  # judged against stock's own answer, which stock keeps
+        assert rows[family, "lazy:default"]["score"] is not None
+        assert rows[family, "baseline"]["score"] == 1
     tokens = {f"{c['family']} {c['mode']}": c["tokens"] for c in data["cases"]}
     assert tokens == json.loads(PRESET_TOKENS.read_text())
