@@ -439,6 +439,6 @@ $lazymlx calibrate -m $m --families summary,question,second-turn,completion --le
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_2k_floor.json
 .venv/bin/python benchmarks/relnotes_check.py --model $m --lazy default --per-band 1 \
   --journal $results/models/$m/relnotes.jsonl
-$lazymlx eval -m $m --split validation --families open --lengths 512,1k --cases 2 --lazy default --reference \
+$lazymlx eval -m $m --split validation --families open --lengths 512,1k --cases 1 --lazy default --reference \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
 .venv/bin/python benchmarks/tables.py open $results/models/$m/relnotes.jsonl $results/models/$m/validation_open.jsonl
