@@ -226,17 +226,21 @@ def test_repl_ends_on_ctrl_d(tiny):
     assert session.messages == []
 
 
-def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
-    session = ChatSession(*tiny, max_tokens=8)
+def interrupted_at(piece: int):
+    """A stand-in for the chat's `write_text` that raises Ctrl-C on its `piece`-th call."""
+    written = []
 
-    calls = []
-
-    def interrupted_once(_text):
-        calls.append(_text)
-        if len(calls) == 1:
+    def write_text(text):
+        written.append(text)
+        if len(written) == piece:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(chat_module, "write_text", interrupted_once)
+    return write_text
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
+    session = ChatSession(*tiny, max_tokens=8)
+    monkeypatch.setattr(chat_module, "write_text", interrupted_at(1))
     repl(session, scripted(["the cat", "/bye"]))
     assert " · stopped" in capsys.readouterr().err
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
@@ -245,14 +249,7 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tiny, capsys, monkeypatch):
 def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, monkeypatch):
     """The TTFT of exactly the answers a user stops (a runaway one) is not lost."""
     session = ChatSession(*tiny, max_tokens=8)
-    written = []
-
-    def interrupted_at_the_third_token(text):
-        written.append(text)
-        if len(written) == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(chat_module, "write_text", interrupted_at_the_third_token)
+    monkeypatch.setattr(chat_module, "write_text", interrupted_at(3))  # the third token
     repl(session, scripted(["the cat", "/bye"]))
     stats = [line for line in capsys.readouterr().err.splitlines() if "TTFT" in line]
     assert len(stats) == 1 and stats[0].startswith("TTFT ") and stats[0].endswith(" tok/s, stopped")

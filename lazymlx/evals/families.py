@@ -617,15 +617,10 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
 }
 OPEN = ("summary", "question", "second-turn", "completion")
 SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
-# One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
-SINGLE_PROMPT = tuple(
-    name
-    for name in FAMILIES
-    if name
-    not in ("followup", "kept", "chat", "freeform-chat", "summary", "question", "second-turn")
-)
 # through the chat template: none for a base model
 CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn")
+# One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
+SINGLE_PROMPT = tuple(name for name in FAMILIES if name not in ("followup", "kept", *CHAT_FAMILIES))
 
 
 def parse_families(text: str) -> list[str]:
