@@ -393,7 +393,7 @@ def _search(
     from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
     from lazymlx.evals.reference import REFERENCE, round_trip
     from lazymlx.evals.runner import read_records, records_as_dicts, run_mode
-    from lazymlx.evals.search import PLANNED_PASSES, Plan, by_work, fit, run_order, run_search
+    from lazymlx.evals.search import Plan, by_work, fit, planned_runs, run_order, run_search
     from lazymlx.models.adapters import adapter_for
 
     if resume and not journal:
@@ -426,6 +426,7 @@ def _search(
         return by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in cases])
 
     order, ids = ranked(suite), run_order(suite)
+    wanted = ids  # every case asked for; a budget may keep fewer
     # a budgeted run that reached its candidates goes on with its cases, as sized (stock ran on
     # all of them first); one stopped before them never used its sizing and is sized again
     sized = minutes is not None and any(r.mode not in (BASELINE, REFERENCE) for r in earlier)
@@ -446,14 +447,29 @@ def _search(
         (family, length, seed), mode = step
         return speed.run_s(length, suite[family, length, seed].max_tokens, share(mode, length))
 
+    def known(step):  # stock's or the reference's cached answer (not counted as a hit)
+        case, mode = step
+        store = cache if mode == BASELINE else floor[1] if floor and mode == REFERENCE else None
+        return None if store is None else store.entries.get(store.key(suite[case]))
+
+    def counts(case) -> bool:  # a case stock answered wrong (not open-ended) counts nowhere
+        stock = known((case, BASELINE))
+        if stock is None:
+            return True
+        text = stock["outcome"]["text"]
+        return suite[case].correct(text, text) or suite[case].similarity(text, text) is not None
+
     def case_s(case) -> float:
-        modes = [BASELINE, *([REFERENCE] * reference), *order[:PLANNED_PASSES]]
-        return sum(run_s((case, mode)) for mode in modes)
+        runs = planned_runs(case, order, reference, lambda step: known(step) is not None, counts)
+        return sum(map(run_s, runs))
 
     deadline = None if minutes is None else started + 60 * minutes
     if deadline is not None and not sized:
         ids = fit(ids, case_s, deadline - time.monotonic())
     kept = set(ids)
+    cut: dict[int, int] = {}  # cases the budget left out, by length
+    for _, length, _ in (c for c in wanted if c not in kept):
+        cut[length] = cut.get(length, 0) + 1
     records = [r for r in earlier if case_id(r) in kept]
     ran = {case_id(r) for r in records if r.mode == BASELINE}
     if probe is not None and paced in kept and paced not in ran:
@@ -476,6 +492,12 @@ def _search(
         done = run_search(plan, run, records, stop)
     head = _header(model, list(strategies.values()), split="calibration", minutes=minutes)
     head |= _rests_on(plan, done, speed, time.monotonic() - started) | {"resumed": len(earlier)}
+    if cut:
+        head["left_out"] = (
+            f"{sum(cut.values())} of {len(wanted)} cases ("
+            + ", ".join(f"{n} at {length}" for length, n in sorted(cut.items()))
+            + ") did not fit the time budget; --journal with --resume and no --minutes adds them"
+        )
     if skipped:
         head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
     return done, head

@@ -24,6 +24,7 @@ from lazymlx.evals.search import (
     by_work,
     fit,
     next_run,
+    planned_runs,
     run_order,
     run_search,
     standing,
@@ -178,6 +179,60 @@ def test_the_budget_keeps_the_cases_that_fit():
     assert fit(list(cost), cost.get, 25.0) == (("a", 256, 0), ("b", 256, 0))
     assert fit([("a", 4096, 0)], cost.get, 1.0) == (("a", 4096, 0),)  # one case at least
     assert Speed(0.01, 0.1).run_s(1000, 10, share=0.5) == pytest.approx(6.0)
+
+
+def test_a_budget_is_not_spent_on_runs_the_cache_already_holds():
+    case, other = ("passkey", 1024, 0), ("passkey", 2048, 0)
+    cands = tuple(SHARES) + ("extra",)
+    nothing = planned_runs(case, cands, True, lambda step: False, lambda c: True)
+    assert [mode for _, mode in nothing] == [BASELINE, REFERENCE, "hard", "middle", "soft"]
+    both = planned_runs(case, cands, True, lambda step: step[0] == case, lambda c: True)
+    assert [mode for _, mode in both] == ["hard", "middle", "soft"]  # a registry model's
+    stock = planned_runs(other, cands, True, lambda step: step[1] == BASELINE, lambda c: True)
+    assert [mode for _, mode in stock] == [REFERENCE, "hard", "middle", "soft"]
+    # stock's cached answer is wrong: candidates never run the case, so it costs nothing
+    assert planned_runs(case, cands, True, lambda step: True, lambda c: False) == []
+    assert planned_runs(case, cands, False, lambda step: False, lambda c: False) == [
+        (case, BASELINE)
+    ]
+
+
+def test_calibrate_with_minutes_sizes_the_cases_to_what_the_cache_leaves_to_run(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch
+):
+    from lazymlx.cli import measure
+
+    pace = measure._pace
+
+    def slow(*args):  # the tiny model at a big one's pace: sizing is what it decides
+        _, probe = pace(*args)
+        return Speed(0.03, 0.0), probe
+
+    monkeypatch.setattr(measure, "_pace", slow)
+    args = [
+        "calibrate", "-m", str(tiny_model_dir), "--families", "completion,passkey",
+        "--lengths", "600,1000", "--cases", "1", "--per-length", "0", "--per-family", "0",
+        "--fast", "0", "--no-save", "--output", "json",
+    ]  # fmt: skip
+
+    def head(baselines: Path, *more: str) -> dict:
+        result = CliRunner().invoke(app, [*args, "--baselines", str(baselines), *more])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    # 3,200 prompt tokens at 0.03 s: stock and the reference alone are 192 s of the 300
+    journal = str(tmp_path / "journal.jsonl")
+    fresh = head(tmp_path / "fresh.json", "--minutes", "5", "--journal", journal)
+    assert not fresh["rests_on"].startswith("4 cases")
+    assert "did not fit the time budget" in fresh["left_out"]
+    again = head(tmp_path / "fresh.json", "--minutes", "5", "--journal", journal, "--resume")
+    assert again["rests_on"] == fresh["rests_on"] and again["left_out"] == fresh["left_out"]
+    whole = head(tmp_path / "fresh.json", "--journal", journal, "--resume")  # adds them
+    assert whole["rests_on"].startswith("4 cases") and "left_out" not in whole
+    cached = tmp_path / "cached.json"
+    assert head(cached)["rests_on"].startswith("4 cases")  # stock and the reference on all
+    budgeted = head(cached, "--minutes", "5")
+    assert budgeted["rests_on"].startswith("4 cases") and "left_out" not in budgeted
 
 
 def test_work_share_is_what_the_prompt_step_computes(tiny):

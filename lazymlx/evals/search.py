@@ -229,6 +229,25 @@ class Speed:
         return tokens * self.prompt_s * share + max_tokens * self.decode_s
 
 
+def planned_runs(
+    case: CaseId,
+    candidates: Sequence[str],
+    referenced: bool,
+    cached: Callable[[Run], bool],
+    counts: Callable[[CaseId], bool],
+) -> list[Run]:
+    """The runs a case is expected to cost the search, for sizing it to a time budget: stock
+    and the reference where their answers are not cached already (a registry model ships
+    both, so they cost nothing), and PLANNED_PASSES of the cheapest `candidates` unless the
+    case counts nowhere (`counts`: stock's cached answer wrong and not open-ended; a case
+    whose stock answer is not known yet counts), where candidates never run."""
+    modes = [BASELINE, *([REFERENCE] if referenced else [])]
+    runs = [(case, mode) for mode in modes if not cached((case, mode))]
+    if counts(case):
+        runs += [(case, mode) for mode in candidates[:PLANNED_PASSES]]
+    return runs
+
+
 def fit(
     cases: Sequence[CaseId],
     case_s: Callable[[CaseId], float],
