@@ -11,6 +11,8 @@ first, the wall time of the whole answer, peak memory and the prefill compute fr
         --modes baseline,off,default,fast,qwen2.5-coder-0.5b:default --gen-len 256 --repeats 2 \
         --output $OUT/gpu.json
 
+`--bits 4` quantizes the weights as mlx-community's 4-bit models are (group 64), activations bf16.
+
 A mode is stock mlx-lm ("baseline"), a built-in preset, or MODEL:PRESET, a registry model's
 calibrated preset timed on these shapes (its schedule is a fraction of depth, so it transfers).
 The report is rewritten after every length, so a run cut short keeps what it measured.
@@ -27,6 +29,7 @@ import statistics
 import time
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx_lm.generate import generate_step
 from mlx_lm.models import llama
 
@@ -43,7 +46,9 @@ SHAPES = {
 }
 
 
-def build(shape: str) -> llama.Model:
+def build(shape: str, bits: int = 0) -> llama.Model:
+    """The shape with random weights in bf16, or quantized to MLX's `bits`-bit weights (group
+    64, as mlx-community's 4-bit and 8-bit models are)."""
     args = llama.ModelArgs(
         model_type="llama",
         num_attention_heads=32,
@@ -57,6 +62,8 @@ def build(shape: str) -> llama.Model:
     )
     model = llama.Model(args)
     model.set_dtype(mx.bfloat16)
+    if bits:
+        nn.quantize(model, group_size=64, bits=bits)
     mx.eval(model.parameters())
     return model
 
@@ -113,18 +120,19 @@ def main() -> None:
     parser.add_argument("--modes", default="baseline,off,default,fast,qwen2.5-coder-0.5b:default")
     parser.add_argument("--gen-len", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--bits", type=int, default=0, help="quantize the weights (4, 8)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     modes = args.modes.split(",")
     report = header(
-        "random-weight Llama shapes, bf16",
+        f"random-weight Llama shapes, {f'{args.bits}-bit weights' if args.bits else 'bf16'}",
         gen_len=args.gen_len,
         repeats=args.repeats,
         presets={m: preset(m).describe() for m in modes if m != "baseline"},
     )
     rows = []
     for shape in args.shapes.split(","):
-        model = build(shape)
+        model = build(shape, args.bits)
         for length in parse_lengths(args.lengths):
             prompt = mx.random.randint(0, 128256, (length,), key=mx.random.key(length))
             for mode in modes:  # warm-up at the timed length: allocations, kernel compilation

@@ -2,7 +2,7 @@
 
 Pruning needs the last token's attention at each pruning layer before the deeper layers run, so
 the step goes layer by layer; inside a layer the tokens go in chunks (mlx-lm's prefill step size),
-each evaluated before the next, so activations and attention scores never outgrow stock mlx-lm's.
+at most two in flight, so activations and attention scores stay near stock mlx-lm's.
 At a pruning layer the attention the step's last tokens pay there ranks two kinds of token:
 - the step's own tokens, ranked among themselves by the schedule (unless the step is short and
   runs whole); the dropped ones save their hidden state to their Aux slot and stop there;
@@ -91,6 +91,15 @@ class Step:
     prune: bool
     ranker: Ranker
     revivals: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
+    running: list[mx.array] = field(default_factory=list)  # the evaluation still in flight
+
+    def evaluate(self, *arrays: mx.array) -> None:
+        """Start evaluating the arrays and wait for the previous call's: the device runs one
+        chunk while the host builds the next (a wait after each would leave it idle meanwhile),
+        and never more than two are in flight, so memory stays near stock's."""
+        mx.async_eval(*arrays)
+        mx.eval(*self.running)
+        self.running = list(arrays)
 
     def revive(self, positions: mx.array, depth: int) -> mx.array:
         """Note the tokens' entries before they resume; their Aux slots (their input now)."""
@@ -114,9 +123,9 @@ def prompt_step(
     """Run `tokens` over the context, pruning by the config; the last token's logits (1, 1, vocab).
 
     prune: whether the step's own tokens are pruned; a short step runs whole but still revives
-    the context tokens it needs. progress(done, total) is called after each layer, `done` being
-    the share of the step's tokens whose layers are done (layer-major, so it climbs by a layer's
-    worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
+    the context tokens it needs. progress(done, total) is called as each layer's last chunk
+    runs, `done` being the share of the step's tokens whose layers are done or running
+    (layer-major, so it climbs by a layer's worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
     request) leaves the context as it was before it.
     """
     start = state.offset
@@ -213,7 +222,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
             carried.first if k >= own else None,
             back.size,
         )
-        mx.eval(carried.h, carried.positions, aux.hidden, aux.depth)
+        step.evaluate(carried.h, carried.positions, aux.hidden, aux.depth)
     return adapter.logits(carried.h[:, -1:])
 
 
@@ -296,11 +305,11 @@ def _layer(
         x, at = h[:, begin:end], positions[begin:end]
         if deepest:  # only the step's last token's output is ever read
             append_kv(adapter, block, cache, x, at, None)
-            mx.eval(cache.keys, cache.values, cache.positions)
+            step.evaluate(cache.keys, cache.values, cache.positions)
             continue
         mask = attention_mask(cache, at, sliding, ordered=False)
         out, _ = block_forward(adapter, block, cache, x, at, None, mask)
-        mx.eval(out, cache.keys, cache.values, cache.positions)
+        step.evaluate(out, cache.keys, cache.values, cache.positions)
         outputs.append(out)
     for begin in range(revived, count, chunk):
         x, at = h[:, begin : begin + chunk], positions[begin : begin + chunk]
@@ -310,14 +319,14 @@ def _layer(
         last_chunk = begin + chunk >= count
         if deepest and not last_chunk:
             append_kv(adapter, block, cache, x, at, run)
-            mx.eval(cache.keys, cache.values, cache.positions)
+            step.evaluate(cache.keys, cache.values, cache.positions)
             continue
         mask = attention_mask(cache, at, sliding)
         out, queries = block_forward(adapter, block, cache, x, at, run, mask, deepest, window)
         # a short last chunk observes with the previous chunk's last queries too
         observed = queries if observed is None else mx.concatenate([observed, queries], axis=2)
         observed = observed[:, :, -window:]
-        mx.eval(out, observed, cache.keys, cache.values, cache.positions)
+        step.evaluate(out, observed, cache.keys, cache.values, cache.positions)
         outputs.append(out)
     return (outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)), observed
 
