@@ -665,10 +665,13 @@ def calibrate(
     candidate schedules one at a time, least work first, each dropped as soon as its losses can
     no longer meet the bar; the first to meet it on every case ends the search. That is stock
     and the reference on every case plus about three candidate passes (Qwen2.5-Coder's
-    calibration: a third of the runs of every candidate on every case). On 2 CPU cores stock
-    Qwen2.5-Coder-0.5B takes about 23 s per 1k prompt tokens, so a whole run there is hours:
-    --minutes N sizes the cases to fit N minutes at the pace timed on the first case and stops
-    there, and --journal with --resume continues a stopped run.
+    calibration: 32% of the prompt steps of every candidate on every case). On 2 CPU cores
+    stock Qwen2.5-Coder-0.5B takes about 23 s per 1k prompt tokens, so its default cases
+    (1k-8k) take 8 to 10 hours there: --minutes N sizes the cases to fit N minutes at the pace
+    timed on the first case (cached answers cost nothing) and stops there, saying what the
+    choice rests on and which cases did not fit (--minutes 10 there: 4 minutes, 11 cases at
+    1k). Ctrl-C stops it, keeping every finished run; --journal F with --resume goes on (without
+    --minutes, adding the cases a budget left out).
     """
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
     from lazymlx.evals.calibrate import Bar, candidate_config, choose

@@ -491,6 +491,7 @@ def test_calibrate_help_says_what_a_run_runs_and_how_long_it_takes(capsys):
     assert code == 0
     assert "stock mlx-lm" in text and "8-bit reference" in text and "candidate schedule" in text
     assert "23 s per 1k prompt tokens" in text and "hours" in text
+    assert "--minutes N" in text and "Ctrl-C" in text and "--resume" in text
 
 
 def test_help_shows_no_value_type_beside_flags(capsys):
