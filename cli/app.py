@@ -113,14 +113,45 @@ Lazy = Annotated[
 ]
 
 
+Parallel = Annotated[
+    str,
+    typer.Option(
+        "--parallel",
+        help="Under mlx.launch: 'tensor' splits the model over the ranks; 'context' gives "
+        "each rank the whole model and a slice of a long prompt (docs/distributed.md).",
+    ),
+]
+
+
 def _lazy_config(preset: str, model: str) -> LazyConfig | None:
-    """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline)."""
-    from lazymlx import distributed
+    """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline),
+    except on a context-parallel group, where keep-all runs on the chain as a lazy context."""
+    from lazymlx import context_parallel, distributed
     from lazymlx.engine.presets import resolve_preset
 
     # each rank reads its machine's saved presets: one that lacks this preset says so
     config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
-    return None if preset == "off" else config
+    return None if preset == "off" and context_parallel.chain() is None else config
+
+
+def _parallel(parallel: str, model: str) -> None:
+    """--parallel context under mlx.launch: the group runs prompt steps as a chain
+    (lazymlx/context_parallel.py) instead of sharding the model. Rank 0 goes on with the
+    command alone; every other rank loads the whole model, runs its slice of each prompt rank 0
+    starts, and ends here when rank 0 is done."""
+    if parallel not in ("tensor", "context"):
+        raise LazymlxError(f"--parallel is tensor or context, got {parallel!r}")
+    if parallel == "tensor" or not _in_group():
+        return
+    from lazymlx import collectives, context_parallel
+
+    group = collectives.group()
+    collectives.set_group(None)  # the engine runs as one process on every rank
+    context_parallel.join(group)
+    if group.rank() != 0:
+        loaded, _ = load_model(model)
+        context_parallel.follow(loaded)
+        raise typer.Exit(0)
 
 
 def _calibration_note(preset: str, model: str) -> str | None:
@@ -276,9 +307,9 @@ def _in_group() -> bool:
     """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
     if RANK_ENV not in os.environ:
         return False
-    from lazymlx import collectives
+    from lazymlx import collectives, context_parallel
 
-    return collectives.group() is not None
+    return collectives.group() is not None or context_parallel.chain() is not None
 
 
 def _prompt_from_stdin() -> str:
@@ -343,6 +374,7 @@ def chat(
     no_complete: NoComplete = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    parallel: Parallel = "tensor",
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     model = _one_model(name, model)
@@ -365,6 +397,7 @@ def chat(
         )
     if prompt_cache_file:
         on_leader(check_save_path, prompt_cache_file)
+    _parallel(parallel, model)
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
     note, first = _first_use_note(lazy, model, loaded, quiet)
@@ -430,6 +463,7 @@ def generate(
     no_complete: NoComplete = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    parallel: Parallel = "tensor",
 ) -> None:
     """Generate a completion for one prompt."""
     model = _one_model(name, model)
@@ -459,6 +493,7 @@ def generate(
         raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
     if prompt_cache_file and not readonly:
         on_leader(check_save_path, prompt_cache_file)
+    _parallel(parallel, model)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
     note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
@@ -634,6 +669,7 @@ def serve(
             "--context-gb", min=0.0, help="Memory kept for reusing conversations' context."
         ),
     ] = 2.0,
+    parallel: Parallel = "tensor",
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from lazymlx.collectives import on_leader
@@ -641,12 +677,13 @@ def serve(
     from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
 
-    _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
+    _parallel(parallel, model)
+    config = _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
     with sock or contextlib.nullcontext():
         llm = LLM(
             lambda: _told(load_model(model), lazy, model),
-            lazy=lazy,
+            lazy=lazy if config is None or lazy != "off" else config,  # context-parallel keep-all
             context_bytes=int(context_gb * 1e9),
         )
         if sock is None:  # another rank of a group: it runs the requests rank 0 hands on
@@ -712,6 +749,8 @@ def _run(argv: list[str]) -> object:
     """The command; under mlx.launch, as one rank of the group."""
     if RANK_ENV not in os.environ:
         return app(args=argv, prog_name="lazymlx", standalone_mode=False)
+    from lazymlx import context_parallel
+
     try:
         _join_group(argv)
         return app(args=argv, prog_name="lazymlx", standalone_mode=False)
@@ -719,6 +758,8 @@ def _run(argv: list[str]) -> object:
         # this rank is ending on its own: mlx.launch ending the others meanwhile is no news
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise
+    finally:
+        context_parallel.stop()  # rank 0 of a context-parallel group: the others stop following
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,8 +42,9 @@ def size() -> int:
     return 1 if _group is None else _group.size()
 
 
-def set_group(joined: mx.distributed.Group) -> None:
-    """The group this process's model is now sharded over (lazymlx/distributed.py)."""
+def set_group(joined: mx.distributed.Group | None) -> None:
+    """The group this process's model is now sharded over (lazymlx/distributed.py); None when
+    its ranks run context-parallel instead (lazymlx/context_parallel.py), each model whole."""
     global _group
     _group = joined
 

@@ -99,9 +99,15 @@ def free_ports(count: int) -> int:
     raise RuntimeError("no free ports on loopback")
 
 
+def _where() -> str:
+    """This rank and host, for its error lines (MLX_RANK: a context-parallel group's ranks run
+    the engine as one process each, so collectives.rank() is 0 on all of them)."""
+    return f"rank {os.environ.get(RANK_ENV, collectives.rank())} on {socket.gethostname()}"
+
+
 def _stopped(signum: int, frame: object) -> None:
     """mlx.launch ends every rank (SIGTERM) once one fails: say so in this rank's one line."""
-    where = f"rank {collectives.rank()} on {socket.gethostname()}"
+    where = _where()
     fail(RankError(f"{where} was stopped: mlx.launch ends every rank when one fails (see above)"))
 
 
@@ -224,7 +230,7 @@ def shard(model: nn.Module, joined: mx.distributed.Group) -> None:
 def fail(error: BaseException) -> None:
     """End this rank now, with one error line: its group can't go on (a rank gone, a step that
     failed here alone), and every other rank sees its connection to this one drop."""
-    where = f"rank {collectives.rank()} on {socket.gethostname()}"
+    where = _where()
     if isinstance(error, RankError):
         line = str(error)
     elif str(error).startswith(BACKEND_PREFIXES):  # what a backend raises when a peer is gone

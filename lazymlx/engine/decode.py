@@ -25,10 +25,11 @@ from contextlib import contextmanager
 import mlx.core as mx
 import mlx.nn as nn
 
+from lazymlx import context_parallel
 from lazymlx.engine.blocks import attention_mask, attention_scores, block_forward
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.prefill import Progress, prompt_step
+from lazymlx.engine.prefill import Progress
 
 
 class LazyModel(nn.Module):
@@ -54,7 +55,9 @@ class LazyModel(nn.Module):
         self.prunes = config.prunes and prompt_length >= config.min_prompt
         revives = config.prunes and config.prompt_revive and state.offset > 0
         revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
-        self.pending: list[mx.array] | None = [] if self.prunes or revives else None
+        # rank 0 of a context-parallel group runs a first prompt on the chain, pruned or not
+        chained = context_parallel.leading() and state.offset == 0
+        self.pending: list[mx.array] | None = [] if self.prunes or revives or chained else None
         self.start = state.offset
         self.decoded = 0  # decode steps run with revival
         # (token, layer) pairs computed before this call and by its prompt step (its own tokens'
@@ -73,7 +76,9 @@ class LazyModel(nn.Module):
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
             prompt = mx.concatenate(self.pending)
-            logits = prompt_step(state, prompt, self.config, self.chunk, self.progress, self.prunes)
+            logits = context_parallel.lazy_prompt_step(
+                state, prompt, self.config, self.chunk, self.progress, self.prunes
+            )
             self.prompt_pairs = state.pairs() - self.pairs_before
             self.revived = state.revived
             return logits

@@ -1,0 +1,98 @@
+"""One rank of tests/test_context_parallel.py, as mlx.launch runs it (or one process, for reference).
+
+    context_parallel_worker.py MODEL OUT_DIR PROMPT_TOKENS CONFIGS [PROMPT_SEED]
+
+Every rank loads MODEL whole and joins the chain (lazymlx/context_parallel.py); rank 0 generates
+greedily for each config named in CONFIGS (comma-separated: off, pruning, exact, static), a
+second turn over the same context (on rank 0 alone), and writes what it kept to
+OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the other ranks follow.
+Run without mlx.launch it is the one-process reference.
+"""
+
+from __future__ import annotations
+
+import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
+
+# isort: split
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from lazymlx import LazyConfig, LazyState, context_parallel
+
+PRUNING = LazyConfig(
+    schedule=((0.25, 0.5), (0.5, 0.5)),
+    keep_first=2,
+    window=4,
+    pool=2,
+    decode="revive",
+    revive=4,
+    revive_steps=None,
+    min_prompt=0,
+    complete="off",
+)
+CONFIGS = {
+    "off": LazyConfig(),
+    "pruning": PRUNING,
+    "exact": replace(PRUNING, complete="exact", decode="sparse"),
+    "static": replace(PRUNING, selection="static", window=40),
+}
+
+
+def arrays(state: LazyState) -> dict[str, np.ndarray]:
+    out = {"depths": np.array(state.aux.depths()), "ids": np.array(state.aux.ids[: state.offset])}
+    if state.aux.hidden is not None:
+        out["aux"] = np.array(state.aux.hidden[: state.offset])
+    if state.aux.base is not None:
+        out["base"] = np.array(state.aux.base[: state.offset])
+        out["based"] = np.array(state.aux.based[: state.offset])
+    for layer, cache in enumerate(state.layers):
+        keys, values = cache.fetch()
+        out[f"k{layer}"], out[f"v{layer}"] = np.array(keys), np.array(values)
+        out[f"p{layer}"] = np.array(cache.row_positions())
+    return out
+
+
+def run(model, tokenizer, prompt: list[int], name: str, out: Path) -> dict:
+    config = CONFIGS[name]
+    state = LazyState(model)
+    state.record = []
+    first = list(
+        lazymlx.stream_generate(model, tokenizer, prompt, 6, lazy=config, prompt_cache=state)
+    )
+    record = list(state.record)
+    np.savez(out / f"{name}.npz", **arrays(state))
+    turn = list(
+        lazymlx.stream_generate(model, tokenizer, [7, 8, 9], 3, lazy=config, prompt_cache=state)
+    )
+    return {
+        "record": record,
+        "tokens": [r.token for r in first],
+        "turn": [r.token for r in turn],
+        "inexact_from": state.aux.inexact_from,
+        "logprobs": np.array(first[0].logprobs).tolist(),
+    }
+
+
+def main() -> None:
+    model_path, out, length, names = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    seed = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    if "MLX_RANK" in os.environ:
+        context_parallel.join(mx.distributed.init(strict=True))
+    model, tokenizer = lazymlx.load(model_path)
+    if not context_parallel.leading() and context_parallel.chain() is not None:
+        context_parallel.follow(model)
+        return
+    prompt = np.random.default_rng(seed).integers(3, 250, size=length).tolist()
+    with context_parallel.lead():
+        result = {name: run(model, tokenizer, prompt, name, out) for name in names.split(",")}
+    (out / "rank0.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
