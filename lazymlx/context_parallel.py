@@ -29,6 +29,7 @@ the same way as the decisions; the other ranks wait for headers in `follow` unti
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -84,6 +85,7 @@ class Chain:
         self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         self.traffic = Traffic()
         self.times: list[tuple[int, float]] = []  # (layer, seconds of own compute), last step
+        self.plan: Plan | None = None  # the last step's
 
     @property
     def leads(self) -> bool:
@@ -111,6 +113,11 @@ def join(group: mx.distributed.Group) -> None:
     global _chain
     if group.size() < 2:
         raise LazymlxError("context parallelism needs a group of at least 2 ranks")
+    if "NCCL_HOST_IP" in os.environ:  # how mlx.launch starts NCCL's ranks
+        raise LazymlxError(
+            "context parallelism needs send and receive, which MLX's NCCL backend lacks; "
+            "launch with --backend ring (or jaccl), or use --parallel tensor"
+        )
     _chain = Chain(group)
 
 
@@ -361,8 +368,7 @@ class _Runner:
         self.cancelled: BaseException | None = None
         if self.leads:
             state.aux.extend(tokens, depth=state.num_layers)
-        self.chain.times = []
-        self.chain.traffic = Traffic()
+        self.chain.times, self.chain.traffic, self.chain.plan = [], Traffic(), plan
 
     def run(self) -> mx.array | None:
         """Every layer, then the gathering of Aux slots; rank 0's last-token logits."""

@@ -142,3 +142,21 @@ def test_a_killed_middle_rank_ends_every_rank_within_30_s_with_one_line_each(six
 def _quietly(ask, *args, **kwargs) -> None:
     with contextlib.suppress(OSError):
         ask(*args, **kwargs)
+
+
+def test_what_the_chain_cannot_run_is_refused_with_one_line(monkeypatch):
+    from types import SimpleNamespace
+
+    from lazymlx import context_parallel
+    from lazymlx.errors import LazymlxError
+
+    pair = SimpleNamespace(size=lambda: 2, rank=lambda: 0)
+    with pytest.raises(LazymlxError, match="at least 2 ranks"):
+        context_parallel.join(SimpleNamespace(size=lambda: 1, rank=lambda: 0))
+    monkeypatch.setenv("NCCL_HOST_IP", "10.0.0.1")
+    with pytest.raises(LazymlxError, match="NCCL backend lacks"):
+        context_parallel.join(pair)
+    windowed = SimpleNamespace(adapter=SimpleNamespace(windowed=True))
+    with pytest.raises(LazymlxError, match="without sliding-window layers"):
+        context_parallel.check_model(windowed)
+    assert context_parallel.chain() is None
