@@ -442,3 +442,11 @@ $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$
 $lazymlx eval -m $m --split validation --families open --lengths 512,1k --cases 1 --lazy default --reference \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
 .venv/bin/python benchmarks/tables.py open $results/models/$m/relnotes.jsonl $results/models/$m/validation_open.jsonl
+#    SmolLM2's floor (issue 53, 2026-11-27); the choice, min1024, shipped as SmolLM2's default
+m=smollm2-135m
+$lazymlx calibrate -m $m --families summary,question,second-turn,completion --lengths 512,1k,2k --cases 2 \
+  --candidates "0.2@67%,0.2@67% min512,0.2@67% min1024" --no-save --baselines lazymlx/evals/baselines/$m.json \
+  --journal $results/models/$m/calibration_open.jsonl --resume
+$lazymlx eval -m $m --split validation --families open --lengths 512,1k,2k --cases 1 --lazy default --reference \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
+$lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_2k_floor.json
