@@ -13,20 +13,16 @@ Three jobs:
         --output benchmarks/results/cp_chain_smollm2_2k.json
 
     # the critical-path TTFT model: block times measured here in one process, fitted as
-    # c0 + c_tok·queries + c_pair·(query, key) pairs (with the projection and rank 0's ranking
-    # timed apart), replayed through the chain per (slice, layer) with the real keep masks
-    # (from `masks`; at other lengths spread evenly, and the real ones stretched), the
-    # messages' sizes and a link's latency and bandwidth; beside it the chain without the
-    # overlap, tensor parallelism's and one process's, all from the same fit
+    # c0 + c_tok·queries + c_pair·(query, key) pairs, replayed through the chain per (slice,
+    # layer) with the real keep masks (from `masks`), the messages' sizes and a link's latency
+    # and bandwidth; beside it tensor parallelism's and one process's, all from the same fit
     .venv/bin/python benchmarks/context_parallel.py model -m qwen2.5-coder-0.5b \\
         --masks benchmarks/results/cp_masks_qwen_8k.json --lengths 8k,32k --ranks 2,3,4 \\
-        --output benchmarks/results/cp_model_qwen_overlap.json
+        --output benchmarks/results/cp_model_qwen.json
 
 The model is a model: it says what the chain's schedule costs given those times, not what a
-group of Macs measures. It replays what the chain does: a rank forwards a layer's rows as soon
-as its own keys and values exist and attends while they travel (compute and messages on two
-streams), rank 0 ranks a pruning layer before its own attention, and the Aux gathering runs
-after the first logits; the chain before that overlap (`serial_*`) is replayed beside it.
+group of Macs measures. The chain here keeps no compute in flight while a message passes (a
+rank receives, computes its slice, forwards), and so does the model.
 """
 
 from __future__ import annotations
@@ -40,7 +36,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -48,8 +43,8 @@ import numpy as np
 
 from lazymlx import LazyState, context_parallel, distributed
 from lazymlx.context_parallel import partition, weighted_costs
-from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
-from lazymlx.engine.cache import LazyKVCache, causal_mask
+from lazymlx.engine.blocks import attention_mask, block_forward
+from lazymlx.engine.cache import LazyKVCache
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import bench_prompt
@@ -215,103 +210,33 @@ def chain(args: argparse.Namespace) -> None:
 # model: the critical path, replayed
 
 
-@dataclass
-class Costs:
-    """Seconds for one block, fitted from times measured here: c0 + c_tok·q + c_pair·(q·k +
-    q(q+1)/2) for q queries after k earlier rows (the whole block); p0 + p_tok·q for the q
-    tokens' projection alone (norm, queries, keys, values, rope), the part a rank runs before
-    it forwards; r0 + r_row·rows for rank 0's ranking of a pruning layer's rows."""
-
-    c0: float
-    c_tok: float
-    c_pair: float
-    p0: float
-    p_tok: float
-    r0: float
-    r_row: float
-
-    def block(self, queries: int, earlier: int) -> float:
-        pairs = queries * earlier + queries * (queries + 1) / 2
-        return self.c0 + self.c_tok * queries + self.c_pair * pairs
-
-    def project(self, queries: int) -> float:
-        return self.p0 + self.p_tok * queries if queries else 0.0
-
-    def attend(self, queries: int, earlier: int) -> float:
-        """Attention and MLP once the keys are there: the block less its projection."""
-        return max(self.block(queries, earlier) - self.project(queries), 0.0) if queries else 0.0
-
-    def last(self, rows: int) -> float:
-        """The deepest layer: every token's keys and values, the last token's output."""
-        return self.project(rows) + self.attend(1, rows - 1)
-
-    def rank(self, rows: int) -> float:
-        return self.r0 + self.r_row * rows
-
-
-def _median_time(work, repeats: int) -> float:
-    runs = []
-    for _ in range(repeats):
-        runs.append(work())
-    return sorted(runs)[len(runs) // 2]
-
-
-def fit_block(model, window: int, repeats: int = 3) -> Costs:
-    """The block, its projection and the ranking timed here (the median of `repeats` each) and
-    fitted by least squares (Costs)."""
+def fit_block(model, repeats: int = 3) -> tuple[float, float, float]:
+    """(c0, c_tok, c_pair): one block timed for q queries after k earlier rows, fitted by least
+    squares as c0 + c_tok·q + c_pair·(q·k + q(q+1)/2), the median of `repeats` each."""
     state = LazyState(model)
     adapter, block = state.adapter, state.adapter.layers[0]
     x = mx.random.normal((1, 2560, adapter.hidden_size)).astype(state.dtype)
     mx.eval(x)
-
-    def timed_block(q: int, k: int) -> float:
-        cache = LazyKVCache()
-        if k:
-            block_forward(adapter, block, cache, x[:, :k], mx.arange(k), 0, "causal")
-            mx.eval(cache.keys, cache.values)
-        at = mx.arange(k, k + q, dtype=mx.int32)
-        started = time.perf_counter()
-        out, _ = block_forward(
-            adapter, block, cache, x[:, k : k + q], at, k, attention_mask(cache, at, None)
-        )
-        mx.eval(out)
-        return time.perf_counter() - started
-
     rows, times = [], []
     for q in (128, 512):
         for k in (0, 512, 2048):
+            runs = []
+            for _ in range(repeats):
+                cache = LazyKVCache()
+                if k:
+                    block_forward(adapter, block, cache, x[:, :k], mx.arange(k), 0, "causal")
+                    mx.eval(cache.keys, cache.values)
+                at = mx.arange(k, k + q, dtype=mx.int32)
+                started = time.perf_counter()
+                out, _ = block_forward(
+                    adapter, block, cache, x[:, k : k + q], at, k, attention_mask(cache, at, None)
+                )
+                mx.eval(out)
+                runs.append(time.perf_counter() - started)
             rows.append([1.0, q, q * k + q * (q + 1) / 2])
-            times.append(_median_time(lambda q=q, k=k: timed_block(q, k), repeats))
+            times.append(sorted(runs)[len(runs) // 2])
     c0, c_tok, c_pair = np.linalg.lstsq(np.array(rows), np.array(times), rcond=None)[0]
-
-    def timed_projection(q: int) -> float:
-        cache, at = LazyKVCache(), mx.arange(q, dtype=mx.int32)
-        started = time.perf_counter()
-        queries = append_kv(adapter, block, cache, x[:, :q], at, 0)
-        mx.eval(queries, cache.keys, cache.values)
-        return time.perf_counter() - started
-
-    sizes = (128, 512, 2048)
-    times = [_median_time(lambda q=q: timed_projection(q), repeats) for q in sizes]
-    p_tok, p0 = np.polyfit(sizes, times, 1)
-
-    def timed_ranking(count: int) -> float:
-        observed = mx.random.normal((1, adapter.num_heads, window, adapter.head_dim))
-        keys = mx.random.normal((1, adapter.num_kv_heads, count, adapter.head_dim))
-        at = mx.arange(count, dtype=mx.int32)
-        observed, keys = observed.astype(state.dtype), keys.astype(state.dtype)
-        mx.eval(observed, keys)
-        started = time.perf_counter()
-        mask = None if window == 1 else causal_mask(at, at[-window:])
-        scores = attention_scores(observed, keys, block.self_attn.scale, mask)
-        mx.eval(mx.argsort(-scores))
-        return time.perf_counter() - started
-
-    sizes = (1024, 4096, 16384)
-    times = [_median_time(lambda r=r: timed_ranking(r), repeats) for r in sizes]
-    r_row, r0 = np.polyfit(sizes, times, 1)
-    fitted = (c0, c_tok, c_pair, p0, p_tok, r0, r_row)
-    return Costs(*(max(float(v), 0.0) for v in fitted))
+    return max(c0, 0.0), max(c_tok, 0.0), max(c_pair, 0.0)
 
 
 def spread_masks(config, tokens: int, layers: int) -> list[np.ndarray]:
@@ -331,132 +256,14 @@ def spread_masks(config, tokens: int, layers: int) -> list[np.ndarray]:
     return out
 
 
-def stretched_masks(real: list[list[int]], from_tokens: int, tokens: int) -> list[np.ndarray]:
-    """A real prompt's keep masks stretched to `tokens`: position i is kept where i·from/tokens
-    was, so the kept share of each stretch of the prompt is the real one (where the kept tokens
-    gather, they gather here too). A stand-in for a real run at that length."""
-    source = np.minimum((np.arange(tokens) * from_tokens) // tokens, from_tokens - 1)
-    out = []
-    for positions in real:
-        kept = np.zeros(from_tokens, bool)
-        kept[np.asarray(positions)] = True
-        present = np.flatnonzero(kept[source])
-        out.append(np.union1d(present, [tokens - 1]))
-    return out
-
-
-def _sizes(adapter, itemsize: int, rows: int, deciding: bool, window: int) -> list[int]:
-    """The messages a follower sends a layer: keys+values, positions (+ the last queries)."""
-    if not rows:
-        return []
-    sizes = [2 * adapter.num_kv_heads * adapter.head_dim * itemsize * rows, 4 * rows]
-    if deciding:
-        sizes.append(adapter.num_heads * min(window, rows) * adapter.head_dim * itemsize)
-    return sizes
-
-
-def message(size: int) -> float:
-    return LATENCY_S + size / BANDWIDTH if size else 0.0
-
-
-def recut(positions, ranks: int, costs: Costs) -> list[int]:
-    """Slice bounds that balance the carried tokens themselves (not the schedule's average)."""
-    at = np.asarray(positions)
-    cut = partition(at.size, ranks, costs.c_tok, costs.c_pair)
-    return [0, *(int(at[i]) for i in cut[1:-1]), int(at[-1]) + 1]
-
-
-def replay_chain(
-    carried,
-    bounds,
-    costs: Costs,
-    adapter,
-    decisions,
-    window,
-    itemsize: int = 4,
-    recutting: bool = False,
-) -> tuple[float, float]:
-    """(TTFT, the part of it rank 0 waits for the Aux slots after its last layer) of the chain
-    as lazymlx/context_parallel.py runs it. Each rank has a compute stream and a message stream side by side. Per layer a
-    rank projects its own tokens (needing nothing from the others), receives the earlier
-    slices' rows, forwards them with its own at once, then attends and runs its MLP while they
-    travel; a message occupies both ends' message streams. At a pruning layer rank 0 ranks as
-    soon as every key is there, before its own attention, and the mask goes along the ring
-    (rank 0 → 1 → … → n-1); a follower applies it before its next layer. At the deepest layer
-    only rank 0 computes an output (its last token's). The Aux gathering runs on the message
-    streams once a follower's last layer is done, beside rank 0's last layer, and rank 0 waits
-    for it before its first token.
-
-    recutting (what the chain does not do yet): the slices are cut again after each keep
-    decision to balance the tokens still carried, the tokens that change slices moving their
-    hidden states between the neighbours before the next layer."""
-    ranks, deepest = len(bounds) - 1, len(carried) - 1
-    if recutting:
-        bounds = recut(carried[0], ranks, costs)
-    lead = ranks - 1  # chain position of rank 0
-    compute, comm = [0.0] * ranks, [0.0] * ranks
-    for layer, positions in enumerate(carried):
-        at = np.asarray(positions)
-        deciding = layer in decisions and layer < deepest
-        ready_to_send, sizes, decided = 0.0, [], 0.0
-        for p in range(ranks):
-            own = int(((at >= bounds[p]) & (at < bounds[p + 1])).sum())
-            earlier = int((at < bounds[p]).sum())
-            projected = compute[p] + costs.project(own)
-            ready = projected
-            if p and sizes:  # the earlier rows, from the previous position
-                start = max(ready_to_send, comm[p - 1], comm[p])
-                comm[p - 1] = comm[p] = start + sum(message(size) for size in sizes)
-                ready = max(projected, comm[p])
-            if p == lead:
-                if deciding:
-                    decided = ready = ready + costs.rank(earlier + own)
-                if layer == deepest:  # the last token's output only
-                    compute[p] = ready + costs.attend(1, earlier + own - 1)
-                else:
-                    compute[p] = ready + costs.attend(own, earlier)
-            else:
-                if layer < deepest and own:
-                    compute[p] = ready + costs.attend(own, earlier)
-                else:
-                    compute[p] = projected
-                ready_to_send = ready
-                sizes = _sizes(adapter, itemsize, earlier + own, deciding, window)
-        if deciding:  # the keep mask: rank 0 → position 0 → 1 → … → n-2
-            arrived, sender = decided, lead
-            for p in range(ranks - 1):
-                start = max(arrived, comm[sender], comm[p])
-                arrived = comm[sender] = comm[p] = start + message(at.size)
-                compute[p] = max(compute[p], arrived)
-                sender = p
-            if recutting:
-                following = np.asarray(carried[layer + 1])
-                cut = recut(following, ranks, costs)
-                for k in range(1, ranks):  # slices k-1 and k trade the tokens between the bounds
-                    low, high = sorted((bounds[k], cut[k]))
-                    moved = int(((following >= low) & (following < high)).sum())
-                    if moved:
-                        size = moved * adapter.hidden_size * itemsize
-                        start = max(compute[k - 1], compute[k], comm[k - 1], comm[k])
-                        done = start + message(size)
-                        compute[k - 1] = compute[k] = comm[k - 1] = comm[k] = done
-                bounds = cut
-    last = set(np.asarray(carried[-1]).tolist())
-    gone = np.array([i for i in range(bounds[-1]) if i not in last])
-    gathered, slots = 0.0, 0
-    for p in range(ranks - 1):
-        slots = int((gone < bounds[p + 1]).sum()) if gone.size else 0
-        start = max(gathered, compute[p], comm[p], comm[p + 1])
-        gathered = comm[p] = comm[p + 1] = start + message(slots * adapter.hidden_size * itemsize)
-    return max(compute[lead], gathered), max(gathered - compute[lead], 0.0)
-
-
-def replay_serial(carried, bounds, costs: Costs, adapter, decisions, window) -> float:
-    """The chain before the overlap (commit 7f9ee7c), for comparison: each rank receives a
-    layer's rows, computes its slice, then forwards (a send blocks until the bytes have
-    passed); at a pruning layer rank 0 ranks once its layer is done and the mask goes along the
-    ring; rank 0 waits for the Aux gathering before its logits."""
+def replay_chain(carried, bounds, cost, adapter, decisions, window) -> float:
+    """The time rank 0 has its logits and every Aux slot: each rank receives a layer's rows,
+    computes its slice, forwards; at a pruning layer the mask goes back along the ring."""
     ranks, row = len(bounds) - 1, 2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4
+
+    def message(size: int) -> float:
+        return LATENCY_S + size / BANDWIDTH if size else 0.0
+
     ready = [0.0] * ranks
     for layer, positions in enumerate(carried):
         at = np.asarray(positions)
@@ -464,7 +271,7 @@ def replay_serial(carried, bounds, costs: Costs, adapter, decisions, window) -> 
         for p in range(ranks):
             own = int(((at >= bounds[p]) & (at < bounds[p + 1])).sum())
             earlier = int((at < bounds[p]).sum())
-            compute = costs.block(own, earlier) if own else 0.0
+            compute = cost(own, earlier) if own else 0.0
             start = max(ready[p], sent) if p else ready[p]
             ready[p] = start + compute
             if p < ranks - 1:
@@ -474,7 +281,6 @@ def replay_serial(carried, bounds, costs: Costs, adapter, decisions, window) -> 
                 sent = ready[p] + message(size)
                 ready[p] = sent  # the send blocks until the bytes have passed
         if layer in decisions:
-            ready[-1] += costs.rank(at.size)
             for p in range(ranks - 1):
                 ready[p] = max(ready[p], ready[-1] + (p + 1) * message(at.size))
     last = set(np.asarray(carried[-1]).tolist())
@@ -486,7 +292,7 @@ def replay_serial(carried, bounds, costs: Costs, adapter, decisions, window) -> 
     return max(ready[-1], gathered)
 
 
-def replay_tensor(carried, costs: Costs, adapter, ranks: int) -> float:
+def replay_tensor(carried, cost, adapter, ranks: int) -> float:
     """Tensor parallelism: each layer's compute split evenly, plus two ring all-reduces of the
     layer's (tokens × hidden) fp32 activations."""
     total = 0.0
@@ -494,83 +300,51 @@ def replay_tensor(carried, costs: Costs, adapter, ranks: int) -> float:
         tokens = len(positions)
         size = tokens * adapter.hidden_size * 4
         reduce = 2 * (ranks - 1) * LATENCY_S + 2 * (ranks - 1) / ranks * size / BANDWIDTH
-        total += costs.block(tokens, 0) / ranks + 2 * reduce
+        total += cost(tokens, 0) / ranks + 2 * reduce
     return total
-
-
-def one_process(carried, costs: Costs, decisions) -> float:
-    """One process's prompt step: every layer whole, the deepest for its last token's output
-    only, the ranking at each pruning layer."""
-    deepest = len(carried) - 1
-    total = sum(costs.block(len(p), 0) for p in carried[:deepest]) + costs.last(len(carried[-1]))
-    return total + sum(costs.rank(len(carried[layer])) for layer in decisions)
 
 
 def ttft_model(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
-    state = LazyState(model)
-    adapter, itemsize = state.adapter, state.dtype.size
+    adapter = LazyState(model).adapter
     layers, config = len(adapter.layers), resolve_preset(args.lazy, args.model)
-    if args.fit:  # the times an earlier run fitted, replayed again (nothing timed)
-        costs = Costs(**json.loads(Path(args.fit).read_text())["fit"])
-    else:
-        costs = fit_block(model, config.window)
+    c0, c_tok, c_pair = fit_block(model)
+
+    def cost(queries: int, earlier: int) -> float:
+        return c0 + c_tok * queries + c_pair * (queries * earlier + queries * (queries + 1) / 2)
+
     real = json.loads(Path(args.masks).read_text()) if args.masks else None
-    table = {"model": args.model, "lazy": args.lazy, "fit": asdict(costs), "rows": []}
-    table["fit_from"] = args.fit or "timed here"
+    table = {"model": args.model, "lazy": args.lazy, "fit": [c0, c_tok, c_pair], "rows": []}
     table["link"] = {"latency_s": LATENCY_S, "bytes_per_s": BANDWIDTH}
-    table["protocol"] = "overlap: forward after the projection, rank before attention"
     deepest = layers - 1
-    decisions = sorted(x for x in config.pruning_layers(layers) if x < deepest)
     for length in parse_lengths(args.lengths):
         whole = [np.arange(length)] * layers
-        variants = []
-        if real is not None and abs(real["tokens"] - length) <= 0.01 * length:
-            length = real["tokens"]  # "8k" of the passkey prompt: 8,177 tokens
-            whole = [np.arange(length)] * layers
-            variants.append(("real", [np.array(p) for p in real["carried"]]))
+        if real is not None and real["tokens"] == length:
+            pruned, masks_from = [np.array(p) for p in real["carried"]], "real"
         else:
-            variants.append(("spread", spread_masks(config, length, layers)))
-            if real is not None:
-                stretched = stretched_masks(real["carried"], real["tokens"], length)
-                variants.append((f"real {real['tokens']} stretched", stretched))
-        for masks_from, pruned in variants:
-            one = {"one_off": one_process(whole, costs, [])}
-            one["one_pruned"] = one_process(pruned, costs, decisions)
-            for ranks in map(int, args.ranks.split(",")):
-                row = {"tokens": length, "ranks": ranks, "masks": masks_from, **one}
-                for name, carried, deciding in (("off", whole, []), ("pruned", pruned, decisions)):
-                    token, pair = costs.c_tok, costs.c_pair
-                    if deciding:
-                        token, pair = weighted_costs(config, layers, token, pair)
-                    bounds = partition(length, ranks, token, pair)
-                    ttft, aux = replay_chain(
-                        carried, bounds, costs, adapter, deciding, config.window, itemsize
-                    )
-                    row[f"chain_{name}"], row[f"chain_{name}_aux_wait"] = ttft, aux
-                    if deciding:
-                        row[f"recut_{name}"] = replay_chain(
-                            carried, bounds, costs, adapter, deciding, config.window, itemsize, True
-                        )[0]
-                    row[f"serial_{name}"] = replay_serial(
-                        carried, bounds, costs, adapter, deciding, config.window
-                    )
-                    row[f"tensor_{name}"] = replay_tensor(carried, costs, adapter, ranks)
-                    row[f"bounds_{name}"] = bounds
-                row["chain_pruned_vs_one_pruned"] = row["chain_pruned"] / one["one_pruned"]
-                row["serial_pruned_vs_one_pruned"] = row["serial_pruned"] / one["one_pruned"]
-                row["recut_pruned_vs_one_pruned"] = row["recut_pruned"] / one["one_pruned"]
-                row["chain_off_vs_one_off"] = row["chain_off"] / one["one_off"]
-                table["rows"].append(row)
-                print(
-                    f"{length:>6} tokens, {ranks} ranks ({masks_from} masks): one process "
-                    f"{one['one_off']:.2f} s / pruned {one['one_pruned']:.2f} s; chain "
-                    f"{row['chain_off']:.2f} / {row['chain_pruned']:.2f} s "
-                    f"({row['chain_pruned_vs_one_pruned']:.2f}x the pruned one; without the "
-                    f"overlap {row['serial_pruned_vs_one_pruned']:.2f}x, re-cut at pruning layers "
-                    f"{row['recut_pruned_vs_one_pruned']:.2f}x); tensor "
-                    f"{row['tensor_off']:.2f} / {row['tensor_pruned']:.2f} s"
+            pruned, masks_from = spread_masks(config, length, layers), "spread"
+        decisions = sorted(x for x in config.pruning_layers(layers) if x < deepest)
+        one = {"off": sum(cost(len(p), 0) for p in whole)}
+        one["pruned"] = sum(cost(len(p), 0) for p in pruned)
+        for ranks in map(int, args.ranks.split(",")):
+            row = {"tokens": length, "ranks": ranks, "masks": masks_from, **one}
+            for name, carried, deciding in (("off", whole, []), ("pruned", pruned, decisions)):
+                token, pair = c_tok, c_pair
+                if deciding:
+                    token, pair = weighted_costs(config, layers, c_tok, c_pair)
+                bounds = partition(length, ranks, token, pair)
+                row[f"chain_{name}"] = replay_chain(
+                    carried, bounds, cost, adapter, deciding, config.window
                 )
+                row[f"tensor_{name}"] = replay_tensor(carried, cost, adapter, ranks)
+            row["chain_pruned_vs_one_pruned"] = row["chain_pruned"] / one["pruned"]
+            table["rows"].append(row)
+            print(
+                f"{length:>6} tokens, {ranks} ranks ({masks_from} masks): one process "
+                f"{one['off']:.2f} s / pruned {one['pruned']:.2f} s; chain {row['chain_off']:.2f}"
+                f" / {row['chain_pruned']:.2f} s ({row['chain_pruned_vs_one_pruned']:.2f}x the "
+                f"pruned one); tensor {row['tensor_off']:.2f} / {row['tensor_pruned']:.2f} s"
+            )
     Path(args.output).write_text(json.dumps(table, indent=1))
 
 
@@ -585,7 +359,6 @@ def main() -> None:
     parser.add_argument("--gen-len", type=int, default=8)
     parser.add_argument("--ranks", default="2")
     parser.add_argument("--masks", default=None)
-    parser.add_argument("--fit", default=None, help="model: an earlier output's fit to replay")
     args = parser.parse_args()
     {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}[args.job](args)
 
