@@ -3,25 +3,20 @@
 Every rank holds the whole model; a first prompt is cut into contiguous slices along the ring,
 the last slice on rank 0, which does the I/O and decodes. The chain runs 1 → 2 → … → n-1 → 0,
 so every hop is between ring neighbours (MLX's ring backend sends only to rank ± 1). Per layer a
-rank projects its own tokens (queries, keys, values: they need nothing from the others),
-receives the keys, values and original positions of every earlier slice's tokens still carried
-there, forwards them with its own at once, and only then attends causally over them and runs its
-MLP (chunked as the engine's `_layer` chunks), while the rows travel on: the next rank starts its
-layer as soon as this one's keys exist (KV-Runahead's overlap). Messages go through a stream of
-the chain's own, in program order, beside the compute on the default stream; rank 0 ends each
-layer with every row, as one process would.
+rank receives the keys, values and original positions of every earlier slice's tokens still
+carried there, appends them to its cache, runs its own tokens (chunked, with the engine's own
+`_layer`) causally over them, and forwards the accumulated rows; rank 0 ends each layer with
+every row, as one process would.
 
-Pruning is the one-process rule, unchanged: the prompt's last tokens live in the last slice, which
-by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/prefill.py's Ranker and
-`_rank_own`) as soon as the keys and the last queries are there, before its own attention, and
-sends the keep decision back along the ring (one byte per carried token). A token pruned at a layer
-sends nothing deeper, and each (token, layer) is computed once, on the rank that owns its slice.
-After the last layer the other ranks send rank 0 the Aux slots of the tokens they pruned (and exact
-completion's bases), which rank 0 receives while it runs its last layer and its logits (not before
-them) and waits for before its step returns. Rank 0's LazyState is then the one one process builds:
-same rows per layer, depths and Aux slots (KV within fp32 rounding, equal where chunk boundaries
-align). Decode, revival, completion, saved contexts and later turns then run on rank 0 alone,
-through the ordinary engine.
+Pruning is the one-process rule, unchanged: the prompt's last tokens live in the last slice,
+which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/prefill.py's
+Ranker and `_rank_own`) and sends the keep decision back along the ring (one byte per carried
+token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
+once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
+slots of the tokens they pruned (and exact completion's bases), so rank 0's LazyState is the one
+one process builds: same rows per layer, depths and Aux slots (KV within fp32 rounding, equal
+where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
+run on rank 0 alone, through the ordinary engine.
 
 A receiver must know each message's shape in advance, and every rank does: the slices, the
 pruning layers and the keep decisions are the same on all of them. Rows arrive with their
@@ -35,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -45,8 +39,7 @@ import mlx.core as mx
 import numpy as np
 
 from lazymlx import distributed
-from lazymlx.engine.blocks import append_kv, attend
-from lazymlx.engine.cache import LazyKVCache, LazyState
+from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.prefill import (
     PREFILL_CHUNK,
@@ -54,6 +47,7 @@ from lazymlx.engine.prefill import (
     Progress,
     Ranker,
     Step,
+    _layer,
     _rank_own,
     _roll_back,
     prompt_step,
@@ -82,19 +76,13 @@ class Traffic:
 
 
 class Chain:
-    """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last.
-
-    A step's messages go through a stream of the chain's own (`stream`), in program order: a
-    receiver knows each message by its place in that order. The layers' compute runs on the
-    default stream beside it, so a rank attends and runs its MLP while its keys and values are
-    on the wire (MLX's ring send blocks its stream until the bytes have passed)."""
+    """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last."""
 
     def __init__(self, group: mx.distributed.Group) -> None:
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.position = (self.rank - 1) % self.size  # in the chain
         self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
-        self.streams: dict[int, mx.Stream] = {}  # per thread
         self.traffic = Traffic()
         self.times: list[tuple[int, float]] = []  # (layer, seconds of own compute), last step
         self.plan: Plan | None = None  # the last step's
@@ -103,75 +91,20 @@ class Chain:
     def leads(self) -> bool:
         return self.rank == 0
 
-    @property
-    def stream(self) -> mx.Stream:
-        """This thread's message stream (MLX's streams belong to the thread that made them, and
-        a server runs its steps on a generation thread). Messages on one channel (to the next
-        rank, or from the previous one) all go from one thread at a time: a step's run whole
-        on one, and the headers between steps are sent and received whole (waited for)."""
-        thread = threading.get_ident()
-        if thread not in self.streams:
-            self.streams[thread] = mx.new_stream(mx.cpu)
-        return self.streams[thread]
-
-    def post(self, array: mx.array, layer: int, what: str) -> mx.array | None:
-        """Send to the next rank once what comes before it on the chain's stream has run; the
-        caller goes on meanwhile (an empty array sends nothing: the receiver knows)."""
-        if not array.size:
-            return None
-        sent = mx.distributed.send(array, self.next, group=self.group, stream=self.stream)
-        mx.async_eval(sent)
-        self.traffic.messages.append((layer, what, array.nbytes))
-        return sent
-
     def send(self, array: mx.array, layer: int, what: str) -> None:
-        """Send to the next rank and wait until the bytes have passed."""
-        sent = self.post(array, layer, what)
-        if sent is not None:
-            wait(sent)
-
-    def fetch(self, shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
-        """Receive from the previous rank once what comes before it on the chain's stream has
-        run; the array is ready when evaluated (an empty shape receives nothing)."""
-        if not math.prod(shape):
-            return mx.zeros(shape, dtype)
-        received = mx.distributed.recv(
-            shape, dtype, self.previous, group=self.group, stream=self.stream
-        )
-        mx.async_eval(received)
-        return received
+        """Send to the next rank now (an empty array sends nothing: the receiver knows)."""
+        if not array.size:
+            return
+        mx.eval(mx.distributed.send(array, self.next, group=self.group, stream=mx.cpu))
+        self.traffic.messages.append((layer, what, array.nbytes))
 
     def receive(self, shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
-        """Receive from the previous rank now."""
-        received = self.fetch(shape, dtype)
-        wait(received)
+        """Receive from the previous rank now (an empty shape receives nothing)."""
+        if not math.prod(shape):
+            return mx.zeros(shape, dtype)
+        received = mx.distributed.recv(shape, dtype, self.previous, group=self.group, stream=mx.cpu)
+        mx.eval(received)
         return received
-
-
-def wait(*arrays: mx.array) -> None:
-    """Evaluate the arrays, waiting in a helper thread while this one stays free to take
-    signals. A message that fails leaves the chain's stream stuck on the next one queued there
-    (MLX's ring gives up on a lost peer's socket for good, and a later send or receive on it
-    never ends), so a wait on the chain must never be one Python can't interrupt: mlx.launch's
-    SIGTERM (lazymlx/distributed.py: the rank's one line, and out) has to get through."""
-    mx.async_eval(*arrays)  # scheduled here: MLX's streams belong to this thread
-    done, failed = threading.Event(), []
-
-    def run() -> None:
-        try:
-            mx.eval(*arrays)
-        except BaseException as error:
-            failed.append(error)
-        finally:
-            done.set()
-
-    waiting = threading.Thread(target=run, name="lazymlx-chain-wait", daemon=True)
-    waiting.start()
-    while not done.wait(1.0):
-        pass
-    waiting.join()  # ending now: none outlives the wait
-    if failed:
-        raise failed[0]
 
 
 def join(group: mx.distributed.Group) -> None:
@@ -268,6 +201,7 @@ def timed_costs(state: LazyState, tokens: int = 256, earlier: int = 768) -> tupl
     """Seconds per (token, layer) and per (query, key) pair on this machine: one block timed on
     `tokens` tokens alone and after `earlier` rows, the median of three each."""
     from lazymlx.engine.blocks import attention_mask, block_forward
+    from lazymlx.engine.cache import LazyKVCache
 
     adapter, block = state.adapter, state.adapter.layers[0]
     x = mx.random.normal((1, tokens + earlier, adapter.hidden_size)).astype(state.dtype)
@@ -386,15 +320,14 @@ def lazy_prompt_step(
     plan = plan_for(state, tokens, config, chunk, prune)
     if plan is None:
         return prompt_step(state, tokens, config, chunk, progress, prune)
-    encoded, runner = plan.encode(), None
+    encoded = plan.encode()
+    _chain.send(mx.array([STEP, encoded.size], mx.int32), -1, "header")
+    _chain.send(encoded, -1, "header")
+    runner = _Runner(state, plan, config, progress, prune)
     try:
-        _chain.send(mx.array([STEP, encoded.size], mx.int32), -1, "header")
-        _chain.send(encoded, -1, "header")
-        runner = _Runner(state, plan, config, progress, prune)
         logits = runner.run()
     except BaseException as error:
-        if runner is not None:
-            _roll_back(runner.step, 0)
+        _roll_back(runner.step, 0)
         if isinstance(error, RuntimeError | RankError):  # a rank gone, or out of step
             distributed.fail(error)  # the chain can't go on: this rank's one line, and out
         raise
@@ -407,16 +340,7 @@ def lazy_prompt_step(
 
 class _Runner:
     """One rank's part of one chain step. Rank 0 (config given) also ranks, sends the keep
-    decisions and ends with the whole context; the others keep nothing after the step.
-
-    At each layer a rank first projects its own tokens (queries, keys, values: they need
-    nothing from the other ranks), then takes the earlier slices' rows off the chain's stream,
-    forwards them with its own, and only then attends and runs its MLP, while the rows travel
-    on: the next rank starts its layer as soon as this one's keys exist, not once its whole
-    layer is done (KV-Runahead's overlap). Rank 0 ranks a pruning layer's tokens as soon as
-    every key and the last queries are there, before its own attention, since the ranking
-    reads nothing else. One layer's compute stays in flight while the next is built.
-    """
+    decisions and ends with the whole context; the others keep nothing after the step."""
 
     def __init__(
         self,
@@ -442,75 +366,59 @@ class _Runner:
         self.slots: list[tuple[np.ndarray, mx.array]] = []  # own tokens pruned: Aux slots
         self.bases: mx.array | None = None  # own tokens' outputs of the base layer
         self.cancelled: BaseException | None = None
-        self.running: list[mx.array] = []  # the layer still in flight
         if self.leads:
             state.aux.extend(tokens, depth=state.num_layers)
         self.chain.times, self.chain.traffic, self.chain.plan = [], Traffic(), plan
 
     def run(self) -> mx.array | None:
-        """Every layer, then the gathering of Aux slots; rank 0's last-token logits.
-
-        Rank 0 receives the Aux slots on the chain's stream while it runs its last layer and
-        its logits, not before them, and waits for them before it returns: a reader of an Aux
-        slot later (a reviving decode step, completion) could not be interrupted if a rank
-        were lost meanwhile (see `wait`)."""
+        """Every layer, then the gathering of Aux slots; rank 0's last-token logits."""
         out = None
         for layer in range(self.state.num_layers):
             out = self.layer(layer)
-        logits = self.state.adapter.logits(out[:, -1:]) if self.leads else None
-        if logits is not None:
-            mx.async_eval(logits)
-        gathered = self.gather()
-        wait(*self.running, *gathered)  # rank 0's logits meanwhile
-        return logits
+        self.gather()
+        return self.state.adapter.logits(out[:, -1:]) if self.leads else None
 
-    def layer(self, layer: int) -> mx.array | None:
+    def layer(self, layer: int) -> mx.array:
         state, plan, chain = self.state, self.plan, self.chain
-        adapter, cache = state.adapter, state[layer]
-        deepest = layer == state.num_layers - 1
-        deciding = layer in plan.decisions and not deepest
+        cache, deepest = state[layer], layer == state.num_layers - 1
+        deciding = layer in plan.decisions
         earlier = self.carried[self.carried < self.begin]
-        started = time.perf_counter()
-        chunks, own_kv, observed = self.project(layer)
-        kv = positions = seen = None
         if earlier.size:
+            adapter = state.adapter
             shape = (1, adapter.num_kv_heads, earlier.size, adapter.head_dim)
-            kv = chain.fetch((2, *shape[1:]), state.dtype)
-            positions = chain.fetch((earlier.size,), mx.int32)
+            kv = chain.receive((2, *shape[1:]), state.dtype)
+            positions = chain.receive((earlier.size,), mx.int32)
+            if not np.array_equal(np.array(positions), earlier):
+                raise RankError(
+                    f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
+                    f" ({earlier.size}) from rank {chain.previous} at layer {layer}, and got "
+                    f"other rows: the ranks no longer agree on the prompt step"
+                )
             cache.append(kv[None, 0], kv[None, 1], positions)
-            if deciding:  # the last queries so far, for rank 0's ranking
-                heads = (1, adapter.num_heads, min(plan.window, earlier.size))
-                seen = chain.fetch((*heads, adapter.head_dim), state.dtype)
-        if own_kv is not None:
-            cache.append(own_kv[None, 0], own_kv[None, 1], self.own.positions)
+        seen = None
+        if deciding and earlier.size:  # the last queries so far, for rank 0's ranking
+            heads = (1, state.adapter.num_heads, min(plan.window, earlier.size))
+            seen = chain.receive((*heads, state.adapter.head_dim), state.dtype)
+        started = time.perf_counter()
+        if self.own.positions.size:
+            out, observed = _layer(self.step, layer, self.own, forget=False)
+            mx.eval(out)
+        else:
+            out, observed = self.own.h, None
+        chain.times.append((layer, time.perf_counter() - started))
+        cache.offset = self.total
         if observed is not None and seen is not None:
             observed = mx.concatenate([seen, observed], axis=2)[:, :, -plan.window :]
         elif observed is None:
             observed = seen
-        mask = None
-        if self.leads and deciding:  # every key is here: rank, and send the decision on
-            self.check(layer, earlier, positions)
-            mask = self.rank(layer, observed)
-            if chain.next != 0:
-                chain.post(mask, layer, "decision")
-        out = self.attend(layer, chunks, deepest)
-        if not (self.leads and deciding):
-            self.check(layer, earlier, positions)  # its attention runs meanwhile
-        if not self.leads:  # forward the rows now: the next rank's layer runs beside this one's
+        if not self.leads:
+            keys, values = cache.fetch() if cache.rows else (None, None)
             if cache.rows:
-                rows = [a for a in (kv, own_kv) if a is not None]
-                at = [a for a in (positions, self.own.positions) if a is not None and a.size]
-                with mx.stream(chain.stream):
-                    chain.post(mx.concatenate(rows, axis=2), layer, "kv")
-                    chain.post(mx.concatenate(at), layer, "positions")
+                chain.send(mx.concatenate([keys, values]), layer, "kv")
+                chain.send(cache.row_positions(), layer, "positions")
             if deciding and observed is not None:
-                chain.post(observed, layer, "queries")
+                chain.send(observed, layer, "queries")
             state[layer].keys = state[layer].values = None  # forwarded: no longer needed here
-        if out is not None:  # one layer in flight: wait for the previous one's
-            wait(*self.running)
-            self.running = [out]
-        chain.times.append((layer, time.perf_counter() - started))
-        cache.offset = self.total
         if layer == plan.base_layer:
             self.bases = out[0]
             if self.leads:
@@ -519,79 +427,11 @@ class _Runner:
             if state.record is not None:
                 state.record.append((layer, self.carried.tolist()))
             self.report(layer)
-        if deciding:
-            self.decide(layer, out, mask)
+        if deciding and not deepest:
+            self.decide(layer, out, observed)
         else:
             self.own.h = out
         return out
-
-    def project(
-        self, layer: int
-    ) -> tuple[list[tuple[mx.array, mx.array, int]], mx.array | None, mx.array | None]:
-        """This slice's tokens at `layer` projected, chunk by chunk as the engine's `_layer`
-        cuts them: per chunk (input, queries, own rows up to its end); the own keys and values
-        stacked (2, kv heads, tokens, head dim); the last `window` queries. They need nothing
-        from the other ranks, so they are computed first and are all the next rank waits for."""
-        own, adapter = self.own, self.state.adapter
-        count, chunk, window = own.positions.size, self.plan.chunk, self.plan.window
-        if not count:
-            return [], None, None
-        block, scratch = adapter.layers[layer], LazyKVCache()
-        chunks, observed = [], None
-        for begin in range(0, count, chunk):
-            x, at = own.h[:, begin : begin + chunk], own.positions[begin : begin + chunk]
-            run = None if own.first is None else own.first + begin
-            queries = append_kv(adapter, block, scratch, x, at, run)
-            chunks.append((x, queries, scratch.rows))
-            last = queries[:, :, -window:]
-            observed = last if observed is None else mx.concatenate([observed, last], axis=2)
-            observed = observed[:, :, -window:]
-        keys, values = scratch.fetch()
-        own_kv = mx.concatenate([keys, values])
-        mx.async_eval(own_kv, observed)
-        return chunks, own_kv, observed
-
-    def attend(
-        self, layer: int, chunks: list[tuple[mx.array, mx.array, int]], deepest: bool
-    ) -> mx.array | None:
-        """The slice's projected tokens attend over every row they may see (the cache's rows
-        up to each chunk's last, as `block_forward` fetches them) and run the MLP; at the
-        deepest layer only rank 0's last token, the one output read (None elsewhere)."""
-        if not chunks:
-            return self.own.h
-        if deepest and not self.leads and layer != self.plan.base_layer:
-            return None
-        adapter, cache = self.state.adapter, self.state[layer]
-        block = adapter.layers[layer]
-        keys, values = cache.fetch()
-        before = cache.rows - chunks[-1][2]  # the earlier slices' rows
-        outputs = []
-        for x, queries, end in chunks[-1:] if deepest else chunks:
-            mask = "causal" if x.shape[1] > 1 else None
-            if deepest:
-                x, queries, mask = x[:, -1:], queries[:, :, -1:], None
-            rows = before + end
-            out = attend(
-                queries, keys[..., :rows, :], values[..., :rows, :], block.self_attn.scale, mask
-            )
-            attended = block.self_attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
-            outputs.append(adapter.finish_block(block, x, attended))
-        out = outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)
-        mx.async_eval(out)
-        return out
-
-    def check(self, layer: int, earlier: np.ndarray, positions: mx.array | None) -> None:
-        """The earlier rows arrived for the positions this rank expects, or one error line."""
-        if positions is None:
-            return
-        wait(positions)
-        if not np.array_equal(np.array(positions), earlier):
-            chain = self.chain
-            raise RankError(
-                f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
-                f" ({earlier.size}) from rank {chain.previous} at layer {layer}, and got "
-                f"other rows: the ranks no longer agree on the prompt step"
-            )
 
     def report(self, layer: int) -> None:
         if self.progress is None or self.cancelled is not None:
@@ -602,15 +442,13 @@ class _Runner:
         except BaseException as error:  # the chain is mid-step: finish it, then obey
             self.cancelled = error
 
-    def decide(self, layer: int, out: mx.array, mask: mx.array | None) -> None:
-        """The keep decision at a pruning layer: rank 0 has ranked every carried token with
-        the one-process rule and sent the mask on; every other rank receives it, passes it on,
-        and every rank applies it."""
+    def decide(self, layer: int, out: mx.array, observed: mx.array | None) -> None:
+        """The keep decision at a pruning layer: rank 0 ranks every carried token with the
+        one-process rule and sends the mask on; every rank applies it."""
         chain, count = self.chain, self.carried.size
-        if mask is None:
-            mask = chain.receive((count,), mx.uint8)
-            if chain.next != 0:
-                chain.post(mask, layer, "decision")
+        mask = self.rank(layer, observed) if self.leads else chain.receive((count,), mx.uint8)
+        if chain.next != 0:
+            chain.send(mask, layer, "decision")
         keep = np.array(mask).astype(bool)
         mine = (self.carried >= self.begin) & (self.carried < self.end)
         own_keep = keep[mine]
@@ -624,6 +462,7 @@ class _Runner:
             gone = mx.array(self.carried[~keep].astype(np.int32))
             self.state.aux.move(gone, layer + 1, None)
         self.carried = self.carried[keep]
+        mx.eval(self.own.h, self.own.positions)
 
     def rank(self, layer: int, observed: mx.array) -> mx.array:
         """prefill._layers' ranking, over the rows this rank now holds (all of them)."""
@@ -650,36 +489,33 @@ class _Runner:
         mask[np.array(kept)] = 1
         return mx.array(mask)
 
-    def gather(self) -> list[mx.array]:
+    def gather(self) -> None:
         """The Aux slots (and bases) of pruned tokens, slice by slice along the chain to rank 0,
-        in position order, on the chain's stream beside the compute: a follower sends and goes
-        on (the next message there, a header, follows them); rank 0 gets what to wait for."""
+        in position order."""
         state, chain, plan = self.state, self.chain, self.plan
         gone = np.setdiff1d(np.arange(self.total), self.carried)
         hidden = state.adapter.hidden_size
         before = gone[gone < self.begin]
-        slots = chain.fetch((before.size, hidden), state.dtype)
+        slots = chain.receive((before.size, hidden), state.dtype)
         bases = None
         if plan.base_layer >= 0:
-            bases = chain.fetch((self.begin, hidden), state.dtype)
-        with mx.stream(chain.stream):
-            if self.slots:
-                positions = np.concatenate([p for p, _ in self.slots])
-                order = mx.array(np.argsort(positions).astype(np.int32))
-                mine = mx.concatenate([h for _, h in self.slots])[order]
-                slots = mx.concatenate([slots, mine]) if before.size else mine
-            if not self.leads:
-                chain.post(slots, -1, "slots")
-                if bases is not None:
-                    both = mx.concatenate([bases, self.bases]) if self.begin else self.bases
-                    chain.post(both, -1, "bases")
-                return []
-            aux = state.aux
-            if gone.size:
-                aux.make_slots(hidden, state.dtype)
-                aux.hidden[mx.array(gone.astype(np.int32))] = slots
-            if bases is not None and self.begin:
-                aux.keep_base(mx.arange(self.begin, dtype=mx.int32), bases, plan.base_layer)
-            return [
-                a for a in (aux.ids, aux.depth, aux.hidden, aux.base, aux.based) if a is not None
-            ]
+            bases = chain.receive((self.begin, hidden), state.dtype)
+        if self.slots:
+            positions = np.concatenate([p for p, _ in self.slots])
+            order = mx.array(np.argsort(positions).astype(np.int32))
+            mine = mx.concatenate([h for _, h in self.slots])[order]
+            slots = mx.concatenate([slots, mine]) if before.size else mine
+        if not self.leads:
+            chain.send(slots, -1, "slots")
+            if bases is not None:
+                chain.send(
+                    mx.concatenate([bases, self.bases]) if self.begin else self.bases, -1, "bases"
+                )
+            return
+        aux = state.aux
+        if gone.size:
+            aux.make_slots(hidden, state.dtype)
+            aux.hidden[mx.array(gone.astype(np.int32))] = slots
+        if bases is not None and self.begin:
+            aux.keep_base(mx.arange(self.begin, dtype=mx.int32), bases, plan.base_layer)
+        mx.eval(aux.ids, aux.depth, *(a for a in (aux.hidden, aux.base) if a is not None))
