@@ -1,7 +1,7 @@
 """Runs cases the way users' text reaches the model, and compares each strategy with the baseline.
 
 Every kind of case goes through the public path a user takes: `stream_generate` for a raw
-prompt; a `Context` reused across two prompts for a follow-up (as `generate` continues a
+prompt; a `Context` run over two turns for a follow-up (lazymlx/turn.py, as `generate` continues a
 conversation); a context file saved, loaded and continued (`--prompt-cache-file`); `LLM`'s prefix
 reuse (the server's path); `ChatSession` for chats. The baseline (stock mlx-lm with its KV cache)
 runs the same path with lazy=None, and its outcome is cached on disk (baselines.py), so a preset
@@ -35,6 +35,7 @@ from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.scoring import common_prefix, loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
+from lazymlx.turn import run_turn
 
 if TYPE_CHECKING:
     from lazymlx.session import ChatSession
@@ -92,11 +93,6 @@ def _timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _continued(context: Context, tokens: list[int], model: nn.Module) -> list[int]:
-    """The tokens a prompt still needs after reusing the context's longest shared prefix."""
-    return tokens[context.reuse(tokens, model) :]
-
-
 def run_case(
     model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
 ) -> Outcome:
@@ -104,57 +100,88 @@ def run_case(
     preset that completes (`completes`) completes the context before the scored step, as idle
     time between turns would, timed apart; one with complete="off" goes straight on."""
     first = encode_prompt(tokenizer, case.segments[0]).tolist()
-    later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
-    options = {"lazy": lazy}
-    idle = completes(lazy)
     if case.kind == "raw":
-        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, **options))
+        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy))
     if case.kind == "chat":
-        from lazymlx.session import ChatSession
-
-        session = ChatSession(model, tokenizer, lazy=lazy)
-        last, first_ttft = len(case.segments) - 1, 0.0
-        for turn in range(last):
-            for response in send_turn(session, case, turn):
-                first_ttft = first_ttft or response.ttft_s
-        spent = _timed(session.complete) if idle else 0.0
-        return _collect(send_turn(session, case, last), first_ttft, spent)
+        return _run_chat(model, tokenizer, case, lazy)
+    later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
     if case.kind == "kept-llm":
-        from lazymlx.llm import LLM
+        return _run_kept_llm(model, tokenizer, case, lazy, first, later[0])
+    return _run_followup(model, tokenizer, case, lazy, first, later[0])
 
-        llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
-        try:
-            document = llm.submit(first, max_tokens=1)
-            document.result()
-            spent = _timed(llm.complete) if idle else 0.0
-            stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
-            return _collect(stream, document.last.ttft_s, spent)
-        finally:
-            llm.close()
+
+def _run_chat(
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
+) -> Outcome:
+    """A chat case through `ChatSession`: its messages in turn, the last one scored."""
+    from lazymlx.session import ChatSession
+
+    session = ChatSession(model, tokenizer, lazy=lazy)
+    last, first_ttft = len(case.segments) - 1, 0.0
+    for turn in range(last):
+        for response in send_turn(session, case, turn):
+            first_ttft = first_ttft or response.ttft_s
+    spent = _timed(session.complete) if completes(lazy) else 0.0
+    return _collect(send_turn(session, case, last), first_ttft, spent)
+
+
+def _run_kept_llm(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    case: Case,
+    lazy: LazyConfig | None,
+    first: list[int],
+    then: list[int],
+) -> Outcome:
+    """A document kept by `LLM` (the server's path): one token answered over it, then the
+    question that goes on from it, over the kept context."""
+    from lazymlx.llm import LLM
+
+    llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
+    try:
+        document = llm.submit(first, max_tokens=1)
+        document.result()
+        spent = _timed(llm.complete) if completes(lazy) else 0.0
+        stream = llm.submit(first + then, max_tokens=case.max_tokens)
+        return _collect(stream, document.last.ttft_s, spent)
+    finally:
+        llm.close()
+
+
+def _run_followup(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    case: Case,
+    lazy: LazyConfig | None,
+    first: list[int],
+    then: list[int],
+) -> Outcome:
+    """A follow-up over one context (as `generate` continues a conversation) or, for a
+    kept-file case, over a context file saved, loaded and continued (--prompt-cache-file)."""
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
     first_ttft = 0.0
-    for response in stream_generate(
-        model, tokenizer, _continued(context, first, model), answer_tokens,
-        prompt_cache=context.cache, **options,
-    ):  # fmt: skip
-        context.tokens.append(response.token)
+    for response in run_turn(model, tokenizer, context, first, max_tokens=answer_tokens, lazy=lazy):
         first_ttft = first_ttft or response.ttft_s
+    idle = completes(lazy)
     spent = _timed(lambda: complete(context.cache, lazy)) if idle else 0.0
     if case.kind == "kept-file":
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "context.safetensors"
-            preset = "off" if lazy is None else "eval"
-            save_context(path, context, "eval-model", preset, complete=idle)
-            context, _ = load_context(path, model, "eval-model", lazy)
-    new = _continued(context, context.tokens + later[0], model)
-    return _collect(
-        stream_generate(
-            model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
-        ),
-        first_ttft,
-        spent,
+        context = _saved_and_loaded(context, model, lazy, whole=idle)
+    turn = run_turn(
+        model, tokenizer, context, context.tokens + then, max_tokens=case.max_tokens, lazy=lazy
     )
+    return _collect(turn, first_ttft, spent)
+
+
+def _saved_and_loaded(
+    context: Context, model: nn.Module, lazy: LazyConfig | None, whole: bool
+) -> Context:
+    """The context after a round trip through a context file (completed first if `whole`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "context.safetensors"
+        preset = "off" if lazy is None else "eval"
+        save_context(path, context, "eval-model", preset, complete=whole)
+        return load_context(path, model, "eval-model", lazy)[0]
 
 
 def send_turn(session: ChatSession, case: Case, turn: int) -> Iterator[Response]:
