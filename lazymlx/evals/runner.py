@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.utils import common_prefix_len
 
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.engine.complete import complete
@@ -33,7 +34,7 @@ from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.scoring import common_prefix, loops
+from lazymlx.evals.scoring import loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
 from lazymlx.turn import run_turn
 
@@ -242,7 +243,7 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         prompt_tokens=outcome.prompt_tokens,
         correct=case.correct(outcome.text, baseline.text),
         baseline_correct=case.correct(baseline.text, baseline.text),
-        agreed_tokens=common_prefix(outcome.tokens, baseline.tokens),
+        agreed_tokens=common_prefix_len(outcome.tokens, baseline.tokens),
         identical=outcome.tokens == baseline.tokens,
         ttft_s=outcome.ttft_s,
         baseline_ttft_s=baseline.ttft_s if fresh else None,
