@@ -100,15 +100,20 @@ def run_case(
     """One case through the path its kind stands for; greedy; the scored step's outcome. A
     preset that completes (`completes`) completes the context before the scored step, as idle
     time between turns would, timed apart; one with complete="off" goes straight on."""
-    first = encode_prompt(tokenizer, case.segments[0]).tolist()
     if case.kind == "raw":
+        first = encode_prompt(tokenizer, case.segments[0]).tolist()
         return _collect(stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy))
     if case.kind == "chat":
         return _run_chat(model, tokenizer, case, lazy)
-    later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
     if case.kind == "kept-llm":
-        return _run_kept_llm(model, tokenizer, case, lazy, first, later[0])
-    return _run_followup(model, tokenizer, case, lazy, first, later[0])
+        return _run_kept_llm(model, tokenizer, case, lazy)
+    return _run_followup(model, tokenizer, case, lazy)
+
+
+def _two_prompts(tokenizer: TokenizerWrapper, case: Case) -> tuple[list[int], list[int]]:
+    """A two-prompt case's tokens: the first prompt's (a document), and what the second adds."""
+    first = encode_prompt(tokenizer, case.segments[0]).tolist()
+    return first, tokenizer.encode(case.segments[1], add_special_tokens=False)
 
 
 def _run_chat(
@@ -127,17 +132,13 @@ def _run_chat(
 
 
 def _run_kept_llm(
-    model: nn.Module,
-    tokenizer: TokenizerWrapper,
-    case: Case,
-    lazy: LazyConfig | None,
-    first: list[int],
-    then: list[int],
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
 ) -> Outcome:
     """A document kept by `LLM` (the server's path): one token answered over it, then the
     question that goes on from it, over the kept context."""
     from lazymlx.llm import LLM
 
+    first, then = _two_prompts(tokenizer, case)
     llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
     try:
         document = llm.submit(first, max_tokens=1)
@@ -150,15 +151,11 @@ def _run_kept_llm(
 
 
 def _run_followup(
-    model: nn.Module,
-    tokenizer: TokenizerWrapper,
-    case: Case,
-    lazy: LazyConfig | None,
-    first: list[int],
-    then: list[int],
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
 ) -> Outcome:
     """A follow-up over one context (as `generate` continues a conversation) or, for a
     kept-file case, over a context file saved, loaded and continued (--prompt-cache-file)."""
+    first, then = _two_prompts(tokenizer, case)
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
     first_ttft = 0.0
