@@ -32,7 +32,7 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
-from lazymlx.evals.measure import BASELINE, Strategy
+from lazymlx.evals.measure import BASELINE, Outcome, Strategy
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.scoring import loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
@@ -40,22 +40,6 @@ from lazymlx.turn import run_turn
 
 if TYPE_CHECKING:
     from lazymlx.session import ChatSession
-
-
-@dataclass
-class Outcome:
-    """What the scored step of a case produced and cost."""
-
-    text: str
-    tokens: list[int]
-    prompt_tokens: int  # the context at the scored step: every token before its answer
-    ttft_s: float  # the scored step's time to first token
-    compute_fraction: float  # the whole case's (token, layer) work ÷ stock's (1 for stock)
-    step_fraction: float  # the scored prompt step's work ÷ stock's for that step
-    generation_tps: float = 0.0
-    peak_memory_gb: float = 0.0
-    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
-    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
 
 
 MULTI_TURN = ("followup", "kept-file", "kept-llm", "chat")
