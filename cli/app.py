@@ -24,6 +24,7 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
+from lazymlx.cli.loading import load_model, preflight
 from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
@@ -279,18 +280,6 @@ def _first_time(model: str) -> bool:
     return True
 
 
-def preflight(model: str) -> None:
-    """A .gguf of an architecture the import can't convert is refused at once, before MLX and
-    mlx-lm are imported (seconds) or a tensor is read."""
-    from pathlib import Path
-
-    from lazymlx.models.gguf_file import preflight as check_gguf
-
-    path = Path(model).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        check_gguf(path)
-
-
 def _one_model(name: str | None, model: str) -> str:
     """The model named first (`lazymlx chat MODEL`) or with -m; both must agree."""
     if name is not None and model not in (DEFAULT_MODEL, name):
@@ -311,17 +300,6 @@ def _check_continues(saved: list[int], prompt: list[int], path: str) -> None:
             "would replace that context; add --prompt-cache-readonly to answer from it without "
             "saving, or give another --prompt-cache-file"
         )
-
-
-def load_model(model: str):
-    """The model, split over the group when mlx.launch started this process (every rank loads)."""
-    from lazymlx import collectives
-    from lazymlx.models.loading import load
-
-    preflight(model)
-
-    with conversion_progress() as progress:
-        return load(model, progress=progress, group=collectives.group())
 
 
 def _in_group() -> bool:

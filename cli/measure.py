@@ -62,7 +62,7 @@ def _header(model: str, strategies, **settings) -> dict:
 
 
 def _load(model: str):
-    from lazymlx.cli.app import load_model
+    from lazymlx.cli.loading import load_model
 
     return load_model(model)
 
