@@ -309,10 +309,10 @@ def _stream_generate(
     **options: Any,
 ) -> Iterator[Response]:
     waited = time.perf_counter() - arrived  # for the generation thread (another thread's call)
+    lazy = resolve_lazy(lazy, getattr(model, "lazymlx_name", None))
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
-    lazy = resolve_lazy(lazy, getattr(model, "lazymlx_name", None))
     cache = options.get("prompt_cache")
     if cache is not None and isinstance(cache, LazyState) != (lazy is not None):
         raise LazymlxError(
