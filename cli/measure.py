@@ -765,14 +765,21 @@ def calibrate(
     result = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}
     emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(recorded))
-    if result.chosen is None and result.fast is None:
-        raise LazymlxError(
-            f"no candidate kept {per_length:.0%} of the baseline's answers at every length and "
-            f"{per_family:.0%} in every family, nor {fast:.0%} overall on every case it ran; "
-            "lower the bar, add cases, or give it more time (--journal with --resume goes on)"
-        )
+    _check_chosen(result, bar)
     if save:
         _save_choice(head.get("model", model), head, result, bar, name, ship)
+
+
+def _check_chosen(result, bar) -> None:
+    """Refuse a search that chose nothing: no candidate met the bar for a default or a fast
+    trade."""
+    if result.chosen is None and result.fast is None:
+        raise LazymlxError(
+            f"no candidate kept {bar.per_length:.0%} of the baseline's answers at every length "
+            f"and {bar.per_family:.0%} in every family, nor {bar.fast_overall:.0%} overall on "
+            "every case it ran; lower the bar, add cases, or give it more time (--journal with "
+            "--resume goes on)"
+        )
 
 
 def _save_choice(model: str, head: dict, result, bar, name: str, ship: bool) -> None:
