@@ -24,6 +24,7 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
+from lazymlx.cli.loading import load_model, preflight
 from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
@@ -119,6 +120,27 @@ Parallel = Annotated[
         "--parallel",
         help="Under mlx.launch: 'tensor' splits the model over the ranks; 'context' gives "
         "each rank the whole model and a slice of a long prompt (docs/distributed.md).",
+    ),
+]
+
+
+GeneratePrompt = Annotated[
+    str | None, typer.Option("--prompt", "-p", help="The prompt; '-' reads stdin.")
+]
+Raw = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        "--ignore-chat-template",
+        help="Use the prompt as plain text, without the chat template.",
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object with text and stats.")]
+Readonly = Annotated[
+    bool,
+    typer.Option(
+        "--prompt-cache-readonly",
+        help="Continue from the context file but leave it as it is (mlx-lm's use of it).",
     ),
 ]
 
@@ -235,7 +257,7 @@ def _told(loaded, preset: str, model: str):
     generation thread, so the line comes as the model is ready)."""
     note, first = _first_use_note(preset, model, loaded)
     if first:
-        err.print(note, style="dim", markup=False, soft_wrap=True)
+        _say_note(note)
     return loaded
 
 
@@ -258,18 +280,6 @@ def _first_time(model: str) -> bool:
     return True
 
 
-def preflight(model: str) -> None:
-    """A .gguf of an architecture the import can't convert is refused at once, before MLX and
-    mlx-lm are imported (seconds) or a tensor is read."""
-    from pathlib import Path
-
-    from lazymlx.models.gguf_file import preflight as check_gguf
-
-    path = Path(model).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        check_gguf(path)
-
-
 def _one_model(name: str | None, model: str) -> str:
     """The model named first (`lazymlx chat MODEL`) or with -m; both must agree."""
     if name is not None and model not in (DEFAULT_MODEL, name):
@@ -290,17 +300,6 @@ def _check_continues(saved: list[int], prompt: list[int], path: str) -> None:
             "would replace that context; add --prompt-cache-readonly to answer from it without "
             "saving, or give another --prompt-cache-file"
         )
-
-
-def load_model(model: str):
-    """The model, split over the group when mlx.launch started this process (every rank loads)."""
-    from lazymlx import collectives
-    from lazymlx.models.loading import load
-
-    preflight(model)
-
-    with conversion_progress() as progress:
-        return load(model, progress=progress, group=collectives.group())
 
 
 def _in_group() -> bool:
@@ -379,22 +378,12 @@ def chat(
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     model = _one_model(name, model)
     preflight(model)
-    from lazymlx.cli.chat import ChatFiles, LineReader, answer, repl
+    from lazymlx.cli.chat import ChatFiles, answer
     from lazymlx.collectives import on_leader
     from lazymlx.contexts import check_save_path
-    from lazymlx.platform import device_name
     from lazymlx.session import ChatSession
 
-    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
-        prompt = _prompt_from_stdin()
-    if prompt is not None and not prompt.strip():
-        raise LazymlxError("the message is empty; pass text with -p or on stdin")
-    if model in REGISTRY and not REGISTRY[model].instruct:
-        raise LazymlxError(
-            f"{model} is a base model: it continues text rather than follows instructions; "
-            f'run `lazymlx generate --raw -m {model} -p "the start of a text"`, or chat with '
-            f"an instruct model ({', '.join(n for n, m in REGISTRY.items() if m.instruct)})"
-        )
+    prompt = _one_message(prompt, model)
     if prompt_cache_file:
         on_leader(check_save_path, prompt_cache_file)
     _parallel(parallel, model)
@@ -409,28 +398,57 @@ def chat(
         **_sampling(temp, top_p, top_k, min_p, repetition_penalty, seed),
     )
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
-    if prompt is not None:
-        if note and not quiet:
-            err.print(note, style="dim", markup=False, soft_wrap=True)
-        answer(session, prompt.strip(), quiet, verbose)
-        files.autosave()
+    if prompt is None:
+        _chat_in_terminal(session, files, f"{model} · preset {lazy}", note, first, quiet, verbose)
         return
+    if not quiet:
+        _say_note(note)
+    answer(session, prompt.strip(), quiet, verbose)
+    files.autosave()
+
+
+def _one_message(prompt: str | None, model: str) -> str | None:
+    """The one message to answer (-p, or stdin when it is not a terminal), or None for a chat
+    in the terminal; an empty one, or a chat with a base model, is refused."""
+    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
+        prompt = _prompt_from_stdin()
+    if prompt is not None and not prompt.strip():
+        raise LazymlxError("the message is empty; pass text with -p or on stdin")
+    if model in REGISTRY and not REGISTRY[model].instruct:
+        raise LazymlxError(
+            f"{model} is a base model: it continues text rather than follows instructions; "
+            f'run `lazymlx generate --raw -m {model} -p "the start of a text"`, or chat with '
+            f"an instruct model ({', '.join(n for n, m in REGISTRY.items() if m.instruct)})"
+        )
+    return prompt
+
+
+def _chat_in_terminal(session, files, title: str, note, first: bool, quiet, verbose) -> None:
+    """The interactive chat: the context completes while the user types, the title names the
+    model, preset (and whether it was calibrated on it) and device."""
+    from lazymlx.cli.chat import LineReader, repl
+    from lazymlx.platform import device_name
+
     reader = LineReader(
         session.complete_step, lambda text: len(session.tokenizer.encode(text, verbose=False))
     )
-    title = f"{model} · preset {lazy}{' (not calibrated on it)' if note else ''} · {device_name()}"
+    title += f"{' (not calibrated on it)' if note else ''} · {device_name()}"
     repl(
         session, read_line=reader, files=files, title=title, quiet=quiet, verbose=verbose,
         note=note if first and not quiet else None,  # the title says the short one
     )  # fmt: skip
 
 
+def _say_note(note: str | None) -> None:
+    """The calibration note, dim, on stderr (none: nothing)."""
+    if note:
+        err.print(note, style="dim", markup=False, soft_wrap=True)
+
+
 @app.command()
 def generate(
     name: ModelArgument = None,
-    prompt: Annotated[
-        str | None, typer.Option("--prompt", "-p", help="The prompt; '-' reads stdin.")
-    ] = None,
+    prompt: GeneratePrompt = None,
     model: ModelOption = DEFAULT_MODEL,
     system: System = None,
     max_tokens: MaxTokens = 256,
@@ -440,26 +458,11 @@ def generate(
     min_p: MinP = 0.0,
     repetition_penalty: RepetitionPenalty = None,
     seed: Seed = None,
-    raw: Annotated[
-        bool,
-        typer.Option(
-            "--raw",
-            "--ignore-chat-template",
-            help="Use the prompt as plain text, without the chat template.",
-        ),
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object with text and stats.")
-    ] = False,
+    raw: Raw = False,
+    as_json: AsJson = False,
     lazy: Lazy = "default",
     prompt_cache_file: PromptCacheFile = None,
-    readonly: Annotated[
-        bool,
-        typer.Option(
-            "--prompt-cache-readonly",
-            help="Continue from the context file but leave it as it is (mlx-lm's use of it).",
-        ),
-    ] = False,
+    readonly: Readonly = False,
     no_complete: NoComplete = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -472,17 +475,34 @@ def generate(
     if readonly and not prompt_cache_file:
         raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
-    from lazymlx.cli.chat import stats_line
     from lazymlx.collectives import on_leader
-    from lazymlx.contexts import (
-        Context,
-        check_save_path,
-        context_file_exists,
-        load_context,
-        new_cache,
-        save_context,
-    )
-    from lazymlx.generation import check_text, encode_prompt, stream_generate
+    from lazymlx.contexts import check_save_path, save_context
+
+    prompt = _prompt_text(prompt, raw, system)
+    if prompt_cache_file and not readonly:
+        on_leader(check_save_path, prompt_cache_file)
+    _parallel(parallel, model)
+    config = _lazy_config(lazy, model)
+    loaded_model, tokenizer = load_model(model)
+    note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
+    if not quiet:
+        _say_note(note)
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
+    tokens = _prompt_tokens(tokenizer, prompt, system, raw)
+    context = _generate_context(loaded_model, model, config, tokens, prompt_cache_file, readonly)
+    text, last = _stream_answer(
+        loaded_model, tokenizer, context, tokens, quiet, as_json,
+        max_tokens=max_tokens, lazy=config, **sampling,
+    )  # fmt: skip
+    _finish_answer(_json_result(model, lazy, text, last) if as_json else None, last, quiet, verbose)
+    if prompt_cache_file and not readonly:  # after the answer: completing takes a while
+        save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
+
+
+def _prompt_text(prompt: str, raw: bool, system: str | None) -> str:
+    """-p's text (stdin's for '-'), refused when empty, not UTF-8, or given a system prompt
+    without the chat template to put it in."""
+    from lazymlx.generation import check_text
 
     if prompt == "-":
         prompt = _prompt_from_stdin()
@@ -491,74 +511,87 @@ def generate(
     check_text(prompt)
     if raw and system:
         raise LazymlxError("--system needs the chat template; drop --raw or put it in the prompt")
-    if prompt_cache_file and not readonly:
-        on_leader(check_save_path, prompt_cache_file)
-    _parallel(parallel, model)
-    config = _lazy_config(lazy, model)
-    loaded_model, tokenizer = load_model(model)
-    note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
-    if note and not quiet:
-        err.print(note, style="dim", markup=False, soft_wrap=True)
-    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
-    tokens: str | list[int] = prompt
-    if not raw:
-        if tokenizer.chat_template is None:
-            raise LazymlxError(
-                "this model has no chat template; add --raw to use the prompt as plain text"
-            )
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": prompt})
-        tokens = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    tokens = encode_prompt(tokenizer, tokens).tolist()
-    context = Context(new_cache(loaded_model, config))
-    if prompt_cache_file and context_file_exists(prompt_cache_file):
-        context, _ = load_context(prompt_cache_file, loaded_model, model, config)
+    return prompt
+
+
+def _prompt_tokens(tokenizer, prompt: str, system: str | None, raw: bool) -> list[int]:
+    """The prompt's tokens: the text as it is (--raw), else a chat of the system prompt and the
+    prompt as the user's message, rendered with the model's chat template."""
+    from lazymlx.generation import encode_prompt
+    from lazymlx.turn import render_chat
+
+    if raw:
+        return encode_prompt(tokenizer, prompt).tolist()
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    return render_chat(tokenizer, messages, "add --raw to use the prompt as plain text")
+
+
+def _generate_context(model, name: str, config, tokens: list[int], path, readonly: bool):
+    """The context to answer over: the context file's when there is one (refused unless it
+    continues the file's document, when the answer will be saved to it), else a new one."""
+    from lazymlx.contexts import Context, context_file_exists, load_context, new_cache
+
+    if path and context_file_exists(path):
+        context, _ = load_context(path, model, name, config)
         if not readonly:
-            _check_continues(context.tokens, tokens, prompt_cache_file)
-    elif readonly:
-        raise LazymlxError(f"no context file at {prompt_cache_file} to continue from")
-    new_tokens = tokens[context.reuse(tokens, loaded_model) :]
+            _check_continues(context.tokens, tokens, path)
+        return context
+    if readonly:
+        raise LazymlxError(f"no context file at {path} to continue from")
+    return Context(new_cache(model, config))
+
+
+def _stream_answer(model, tokenizer, context, tokens, quiet: bool, as_json: bool, **options):
+    """One turn over the context, after a progress bar while the prompt is computed (unless
+    quiet), the text written as it comes (unless as_json); the whole text and the last
+    response."""
+    from lazymlx.turn import run_turn
+
     text, last = [], None
     with PromptProgress(show=not quiet) as progress:
-        for last in stream_generate(
-            loaded_model,
-            tokenizer,
-            new_tokens,
-            max_tokens,
-            lazy=config,
-            prompt_cache=context.cache,
-            prompt_progress_callback=progress,
-            **sampling,
+        for last in run_turn(
+            model, tokenizer, context, tokens, prompt_progress_callback=progress, **options
         ):
             progress.close()  # the first token: the bar gives way to the answer
             text.append(last.text)
-            context.tokens.append(last.token)
             if not as_json:
                 write_text(last.text)
-    if as_json:
-        result = {
-            "model": model,
-            "text": "".join(text),
-            "prompt_tokens": last.prompt_tokens,
-            "generation_tokens": last.generation_tokens,
-            "ttft_s": last.ttft_s,
-            "prompt_tps": last.prompt_tps,
-            "generation_tps": last.generation_tps,
-            "peak_memory_gb": last.peak_memory,
-            "finish_reason": last.finish_reason,
-            "lazy": lazy,
-            "cached_tokens": last.cached_tokens,
-        }
-        if last.lazy and last.lazy.pruned:  # what pruning bought, when it changed anything
-            result["work_share"] = last.lazy.work_share
-            result["revived_tokens"] = last.lazy.revived_tokens
+    return "".join(text), last
+
+
+def _finish_answer(result: dict | None, last, quiet: bool, verbose: bool) -> None:
+    """After the streamed text, its line end and stats line (unless quiet); with --json, the
+    one JSON object in their place."""
+    from lazymlx.cli.chat import stats_line
+
+    if result is not None:
         write_text(json.dumps(result) + "\n")
-    else:
-        write_text("\n")
-        if not quiet:
-            err.print(stats_line(last, verbose), style="dim", soft_wrap=True)
-    if prompt_cache_file and not readonly:  # after the answer: completing takes a while
-        save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
+        return
+    write_text("\n")
+    if not quiet:
+        err.print(stats_line(last, verbose), style="dim", soft_wrap=True)
+
+
+def _json_result(model: str, lazy: str, text: str, last) -> dict:
+    """`generate --json`'s object: the text and the last response's counts and speeds."""
+    result = {
+        "model": model,
+        "text": text,
+        "prompt_tokens": last.prompt_tokens,
+        "generation_tokens": last.generation_tokens,
+        "ttft_s": last.ttft_s,
+        "prompt_tps": last.prompt_tps,
+        "generation_tps": last.generation_tps,
+        "peak_memory_gb": last.peak_memory,
+        "finish_reason": last.finish_reason,
+        "lazy": lazy,
+        "cached_tokens": last.cached_tokens,
+    }
+    if last.lazy and last.lazy.pruned:  # what pruning bought, when it changed anything
+        result["work_share"] = last.lazy.work_share
+        result["revived_tokens"] = last.lazy.revived_tokens
+    return result
 
 
 def _model_rows() -> list[dict]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 
@@ -61,7 +62,7 @@ def _header(model: str, strategies, **settings) -> dict:
 
 
 def _load(model: str):
-    from lazymlx.cli.app import load_model
+    from lazymlx.cli.loading import load_model
 
     return load_model(model)
 
@@ -190,67 +191,76 @@ EVAL_COLUMNS: list[Column] = [
 ]
 
 
+Families = Annotated[
+    str,
+    typer.Option(
+        "--families", "-f", help="all, scored, freeform, or a list such as passkey,kept,chat."
+    ),
+]
+Split = Annotated[
+    str,
+    typer.Option("--split", help="validation (report) or calibration (choose knobs on it)."),
+]
+EvalLengths = Annotated[
+    str, typer.Option("--lengths", "-l", help="Context lengths, e.g. 1k,2k,4k,8k.")
+]
+EvalPresets = Annotated[
+    str,
+    typer.Option(
+        "--lazy",
+        help="Presets to evaluate next to the baseline, comma-separated; none: stock alone.",
+    ),
+]
+EvalCases = Annotated[
+    int | None,
+    typer.Option(
+        "--cases",
+        "-c",
+        min=1,
+        help="Cases per family and length (default: the suite's, 3-4 at 1k-2k, 1-2 beyond).",
+    ),
+]
+Baselines = Annotated[
+    str | None,
+    typer.Option("--baselines", help="Baseline cache file to read and add to (default: yours)."),
+]
+FloorBeside = Annotated[
+    bool,
+    typer.Option(
+        "--reference/--no-reference",
+        help="Run the noise floor beside: stock with its weights round-tripped through 8 bits.",
+    ),
+]
+RightOnly = Annotated[
+    bool,
+    typer.Option(
+        "--right-only",
+        help="Run the presets only on cases the baseline answers right (the only ones they "
+        "can keep); free-form cases are left out.",
+    ),
+]
+EvalRecords = Annotated[
+    str | None,
+    typer.Option(
+        "--records",
+        help="Tally an earlier run's --output json or --journal instead of running.",
+    ),
+]
+
+
 def evaluate(
-    families: Annotated[
-        str,
-        typer.Option(
-            "--families", "-f", help="all, scored, freeform, or a list such as passkey,kept,chat."
-        ),
-    ] = "all",
-    split: Annotated[
-        str,
-        typer.Option("--split", help="validation (report) or calibration (choose knobs on it)."),
-    ] = "validation",
-    lengths: Annotated[
-        str, typer.Option("--lengths", "-l", help="Context lengths, e.g. 1k,2k,4k,8k.")
-    ] = "1k,2k",
-    lazy: Annotated[
-        str,
-        typer.Option(
-            "--lazy",
-            help="Presets to evaluate next to the baseline, comma-separated; none: stock alone.",
-        ),
-    ] = "default",
+    families: Families = "all",
+    split: Split = "validation",
+    lengths: EvalLengths = "1k,2k",
+    lazy: EvalPresets = "default",
     model: Model = DEFAULT_MODEL,
-    cases: Annotated[
-        int | None,
-        typer.Option(
-            "--cases",
-            "-c",
-            min=1,
-            help="Cases per family and length (default: the suite's, 3-4 at 1k-2k, 1-2 beyond).",
-        ),
-    ] = None,
-    baselines: Annotated[
-        str | None,
-        typer.Option(
-            "--baselines", help="Baseline cache file to read and add to (default: yours)."
-        ),
-    ] = None,
+    cases: EvalCases = None,
+    baselines: Baselines = None,
     journal: Journal = None,
     resume: Resume = False,
-    reference: Annotated[
-        bool,
-        typer.Option(
-            "--reference/--no-reference",
-            help="Run the noise floor beside: stock with its weights round-tripped through 8 bits.",
-        ),
-    ] = False,
-    right_only: Annotated[
-        bool,
-        typer.Option(
-            "--right-only",
-            help="Run the presets only on cases the baseline answers right (the only ones they "
-            "can keep); free-form cases are left out.",
-        ),
-    ] = False,
-    records: Annotated[
-        str | None,
-        typer.Option(
-            "--records",
-            help="Tally an earlier run's --output json or --journal instead of running.",
-        ),
-    ] = None,
+    reference: FloorBeside = False,
+    right_only: RightOnly = False,
+    records: EvalRecords = None,
     output: Output = "md",
 ) -> None:
     """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
@@ -282,97 +292,122 @@ def _emit_eval(output: str, head: dict, records) -> None:
 
 
 def _run_suite(
-    model,
-    families,
-    split,
-    lengths,
-    cases,
-    strategies,
-    baselines,
-    journal,
-    resume,
-    right_only=False,
-    reference=False,
-):
+    model, families, split, lengths, cases, strategies, baselines, journal, resume,
+    right_only=False, reference=False,
+):  # fmt: skip
     """The baseline (cached) and the strategies on a split's cases (with right_only, those the
     baseline answers right), and with `reference` the noise floor beside them (its answers
     cached in the same file); the records and a header."""
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
-    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
-    from lazymlx.evals.reference import round_trip
-    from lazymlx.evals.runner import (
-        case_key,
-        case_strategies,
-        read_records,
-        records_as_dicts,
-        right_cases,
-    )
+    from lazymlx.evals.runner import case_key, case_strategies, right_cases
     from lazymlx.evals.runner import evaluate as run_eval
 
-    if resume and not journal:
-        raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
-    names, sizes = parse_families(families), parse_lengths(lengths)
-    counts = suite_counts(split, sizes, cases)
-    earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
-    recorded = {case_key(r, r.mode): r for r in earlier}
-    loaded, tokenizer = _load(model)
-    skipped = []
-    if tokenizer.chat_template is None:  # a base model: no chat families
-        skipped = [name for name in names if name in CHAT_FAMILIES]
-        names = [name for name in names if name not in CHAT_FAMILIES]
-    suite = make_cases(tokenizer, names, split, counts)
-    cache = BaselineCache(loaded, Path(baselines) if baselines else None)
-
-    def keep(record) -> None:
-        if journal:
-            with open(journal, "a") as log:
-                log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
-
-    runs = sum(cache.get(c) is None for c in suite)
-    cache.hits = cache.misses = 0
+    run = _suite(model, families, split, lengths, cases, journal, resume)
+    recorded = {case_key(r, r.mode): r for r in run.earlier}
+    suite = run.cases
+    cache = BaselineCache(run.model, Path(baselines) if baselines else None)
+    runs = _uncached(cache, suite)
     counted = None  # with right_only, the baselines looked up (hits, runs) over the whole suite
     if right_only:
         with run_progress(runs) as advance:
-            suite = right_cases(loaded, tokenizer, suite, cache, on_run=_announce(advance))
+            suite = right_cases(run.model, run.tokenizer, suite, cache, on_run=_announce(advance))
         counted, runs = (cache.hits, cache.misses), 0
-    floor = None
-    if reference:
-        floor_model = round_trip(_load(model)[0])
-        floor = (floor_model, BaselineCache(floor_model, cache.path))
-        runs += sum(floor[1].get(c) is None for c in suite)
-        floor[1].hits = floor[1].misses = 0
+    floor = _floor(model, cache) if reference else None
+    if floor:
+        runs += _uncached(floor[1], suite)
     runs += sum(
         case_key(c, s.mode) not in recorded for c in suite for s in case_strategies(c, strategies)
     )
     with run_progress(runs) as advance:
         done = run_eval(
-            loaded,
-            tokenizer,
-            suite,
-            strategies,
-            cache,
-            on_run=_announce(advance),
-            on_record=keep,
-            recorded=recorded,
-            reference=floor,
-        )
+            run.model, run.tokenizer, suite, strategies, cache, on_run=_announce(advance),
+            on_record=_journal_writer(journal), recorded=recorded, reference=floor,
+        )  # fmt: skip
     cached, ran = counted or (cache.hits, cache.misses)
     head = _header(
         model,
         strategies,
         split=split,
-        cases_per_length={str(k): v for k, v in counts.items()},
+        cases_per_length={str(k): v for k, v in run.counts.items()},
         right_only=right_only,
         baselines_cached=cached,
         baselines_run=ran,
         baseline_cache=str(cache.path),
         resumed=sum(case_key(r, r.mode) in recorded for r in done),
     )
-    if skipped:
-        head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
-    return done, head
+    return done, run.skipped_note(head)
+
+
+@dataclass
+class _Suite:
+    """A run's model and its cases of a split, with the earlier records a resumed run keeps."""
+
+    model: Any
+    tokenizer: Any
+    cases: list
+    counts: dict[int, int]  # cases per length
+    earlier: list
+    skipped: list[str]  # chat families a model without a chat template cannot run
+
+    def skipped_note(self, head: dict) -> dict:
+        """The run's header, saying which families were left out and why."""
+        if self.skipped:
+            head["skipped"] = f"{', '.join(self.skipped)}: the model has no chat template"
+        return head
+
+
+def _suite(model, families, split, lengths, cases, journal, resume) -> _Suite:
+    """The model loaded and the split's cases of the families at the lengths (a base model: no
+    chat families); a resumed run's earlier records from its journal."""
+    from pathlib import Path
+
+    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
+    from lazymlx.evals.runner import read_records
+
+    if resume and not journal:
+        raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
+    names, sizes = parse_families(families), parse_lengths(lengths)
+    counts = suite_counts(split, sizes, cases)
+    earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
+    loaded, tokenizer = _load(model)
+    skipped = []
+    if tokenizer.chat_template is None:  # a base model: no chat families
+        skipped = [name for name in names if name in CHAT_FAMILIES]
+        names = [name for name in names if name not in CHAT_FAMILIES]
+    suite = make_cases(tokenizer, names, split, counts)
+    return _Suite(loaded, tokenizer, suite, counts, earlier, skipped)
+
+
+def _uncached(cache, cases) -> int:
+    """How many of the cases' stock answers the cache lacks (its counts then start over)."""
+    runs = sum(cache.get(c) is None for c in cases)
+    cache.hits = cache.misses = 0
+    return runs
+
+
+def _floor(model: str, cache):
+    """The noise floor: the model again with its weights round-tripped through 8 bits, and its
+    answers' cache, in the baselines' file."""
+    from lazymlx.evals.baselines import BaselineCache
+    from lazymlx.evals.reference import round_trip
+
+    floor_model = round_trip(_load(model)[0])
+    return floor_model, BaselineCache(floor_model, cache.path)
+
+
+def _journal_writer(journal: str | None):
+    """A runner's on_record: each record appended to the journal as a JSON line (none: kept
+    nowhere)."""
+    from lazymlx.evals.runner import records_as_dicts
+
+    def keep(record) -> None:
+        if journal:
+            with open(journal, "a") as log:
+                log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
+
+    return keep
 
 
 def _search(
@@ -384,123 +419,161 @@ def _search(
     the search stopped at the budget. The records (a resumed journal's first) and a header
     saying what the choice rests on."""
     import time
-    from pathlib import Path
 
-    from lazymlx.engine.presets import resolve_preset
-    from lazymlx.evals.baselines import BaselineCache
-    from lazymlx.evals.calibrate import candidate_strategies, case_id
-    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
-    from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
-    from lazymlx.evals.reference import REFERENCE, round_trip
-    from lazymlx.evals.runner import read_records, records_as_dicts, run_mode
-    from lazymlx.evals.search import Plan, by_work, fit, planned_runs, run_order, run_search
-    from lazymlx.models.adapters import adapter_for
+    from lazymlx.evals.calibrate import case_id
+    from lazymlx.evals.measure import BASELINE
+    from lazymlx.evals.search import Plan, fit, run_order, run_search
 
-    if resume and not journal:
-        raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
     started = time.monotonic()
-    names, sizes = parse_families(families), parse_lengths(lengths)
-    counts = suite_counts("calibration", sizes, cases)
-    earlier = read_records(journal)[1] if resume and Path(journal).exists() else []
-    loaded, tokenizer = _load(model)
-    skipped = []
-    if tokenizer.chat_template is None:  # a base model: no chat families
-        skipped = [name for name in names if name in CHAT_FAMILIES]
-        names = [name for name in names if name not in CHAT_FAMILIES]
-    suite = {case_id(c): c for c in make_cases(tokenizer, names, "calibration", counts)}
-    cache = BaselineCache(loaded, Path(baselines) if baselines else None)
-    floor = None
-    if reference:
-        floor_model = round_trip(_load(model)[0])
-        floor = (floor_model, BaselineCache(floor_model, cache.path))
-    strategies = {s.mode: s for s in candidate_strategies(resolve_preset("default", model), only)}
-    adapter = adapter_for(loaded)
-
-    def share(mode: str, tokens: int) -> float:
-        if mode in (BASELINE, REFERENCE):
-            return 1.0
-        layers = len(adapter.layers)
-        return strategies[mode].config.work_share(tokens, layers, adapter.ranking_layers)
-
-    def ranked(cases) -> tuple[str, ...]:
-        return by_work({m: lambda n, m=m: share(m, n) for m in strategies}, [c[1] for c in cases])
-
-    order, ids = ranked(suite), run_order(suite)
-    wanted = ids  # every case asked for; a budget may keep fewer
-    # a budgeted run that reached its candidates goes on with its cases, as sized (stock ran on
-    # all of them first); one stopped before them never used its sizing and is sized again
-    sized = minutes is not None and any(r.mode not in (BASELINE, REFERENCE) for r in earlier)
-    if sized:
-        resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
-        ids = tuple(c for c in ids if c in resumed)
-
-    def keep(record) -> None:
-        if journal:
-            with open(journal, "a") as log:
-                log.write(json.dumps(records_as_dicts([record])[0]) + "\n")
-
+    run = _suite(model, families, "calibration", lengths, cases, journal, resume)
+    search = _Search(run, {case_id(c): c for c in run.cases}, model, baselines, reference, only)
+    wanted = run_order(search.suite)  # every case asked for; a budget may keep fewer
+    ids, sized = _resumed_cases(wanted, run.earlier, minutes)
+    keep = _journal_writer(journal)
     # timed on a one-prompt case: a later turn's TTFT covers only what it adds to the context
-    paced = next((c for c in ids if len(suite[c].segments) == 1), ids[0])
-    speed, probe = _pace(loaded, tokenizer, suite[paced], cache)
-
-    def run_s(step) -> float:
-        (family, length, seed), mode = step
-        return speed.run_s(length, suite[family, length, seed].max_tokens, share(mode, length))
-
-    def known(step):  # stock's or the reference's cached answer (not counted as a hit)
-        case, mode = step
-        store = cache if mode == BASELINE else floor[1] if floor and mode == REFERENCE else None
-        return None if store is None else store.entries.get(store.key(suite[case]))
-
-    def counts(case) -> bool:  # a case stock answered wrong (not open-ended) counts nowhere
-        stock = known((case, BASELINE))
-        if stock is None:
-            return True
-        text = stock["outcome"]["text"]
-        return suite[case].correct(text, text) or suite[case].similarity(text, text) is not None
-
-    def case_s(case) -> float:
-        runs = planned_runs(case, order, reference, lambda step: known(step) is not None, counts)
-        return sum(map(run_s, runs))
-
+    paced = next((c for c in ids if len(search.suite[c].segments) == 1), ids[0])
+    search.speed, probe = _pace(run.model, run.tokenizer, search.suite[paced], search.cache)
     deadline = None if minutes is None else started + 60 * minutes
     if deadline is not None and not sized:
-        ids = fit(ids, case_s, deadline - time.monotonic())
+        ids = fit(ids, search.case_s, deadline - time.monotonic())
     kept = set(ids)
-    cut: dict[int, int] = {}  # cases the budget left out, by length
-    for _, length, _ in (c for c in wanted if c not in kept):
-        cut[length] = cut.get(length, 0) + 1
-    records = [r for r in earlier if case_id(r) in kept]
+    records = [r for r in run.earlier if case_id(r) in kept]
     ran = {case_id(r) for r in records if r.mode == BASELINE}
     if probe is not None and paced in kept and paced not in ran:
         records.append(probe)
         keep(probe)
-    plan = Plan(ids, ranked(ids), frozenset(ids) if reference else frozenset(), bar)
-    modes = {**strategies, BASELINE: BASELINE_STRATEGY, REFERENCE: Strategy(REFERENCE, None)}
-    with clock_progress(sum(map(case_s, ids))) as tick:
+    plan = Plan(ids, search.ranked(ids), frozenset(ids) if reference else frozenset(), bar)
+    with clock_progress(sum(map(search.case_s, ids))) as tick:
+
+        def stop(step) -> bool:
+            return deadline is not None and time.monotonic() + search.run_s(step) > deadline
+
+        done = run_search(plan, search.runner(tick, keep), records, stop)
+    head = _header(model, list(search.strategies.values()), split="calibration", minutes=minutes)
+    head |= _rests_on(plan, done, search.speed, time.monotonic() - started)
+    head |= {"resumed": len(run.earlier)} | _left_out(wanted, ids)
+    return done, run.skipped_note(head)
+
+
+def _resumed_cases(ids: tuple, earlier: list, minutes: float | None) -> tuple[tuple, bool]:
+    """The cases to run, and whether a budget sized them already: a budgeted run that reached
+    its candidates goes on with its cases, as sized (stock ran on all of them first); one
+    stopped before them never used its sizing and is sized again."""
+    from lazymlx.evals.calibrate import case_id
+    from lazymlx.evals.measure import BASELINE
+    from lazymlx.evals.reference import REFERENCE
+
+    sized = minutes is not None and any(r.mode not in (BASELINE, REFERENCE) for r in earlier)
+    if sized:
+        resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
+        ids = tuple(c for c in ids if c in resumed)
+    return ids, sized
+
+
+def _left_out(wanted: tuple, ids: tuple) -> dict:
+    """The header's note of the cases a time budget left out, by length (none: nothing)."""
+    kept = set(ids)
+    cut: dict[int, int] = {}
+    for _, length, _ in (c for c in wanted if c not in kept):
+        cut[length] = cut.get(length, 0) + 1
+    if not cut:
+        return {}
+    return {
+        "left_out": f"{sum(cut.values())} of {len(wanted)} cases ("
+        + ", ".join(f"{n} at {length}" for length, n in sorted(cut.items()))
+        + ") did not fit the time budget; --journal with --resume and no --minutes adds them"
+    }
+
+
+class _Search:
+    """A calibration search's cases, modes and caches, and what it reckons from them: each
+    mode's share of stock's work, a step's expected time at the pace timed (`speed`), and
+    stock's and the reference's answers the caches already hold."""
+
+    def __init__(self, run: _Suite, suite: dict, model: str, baselines, reference: bool, only):
+        from pathlib import Path
+
+        from lazymlx.engine.presets import resolve_preset
+        from lazymlx.evals.baselines import BaselineCache
+        from lazymlx.evals.calibrate import candidate_strategies
+        from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
+        from lazymlx.evals.reference import REFERENCE
+        from lazymlx.models.adapters import adapter_for
+
+        self.run, self.suite, self.reference, self.speed = run, suite, reference, None
+        self.cache = BaselineCache(run.model, Path(baselines) if baselines else None)
+        self.floor = _floor(model, self.cache) if reference else None
+        default = resolve_preset("default", model)
+        self.strategies = {s.mode: s for s in candidate_strategies(default, only)}
+        self.modes = {**self.strategies, BASELINE: BASELINE_STRATEGY}
+        self.modes[REFERENCE] = Strategy(REFERENCE, None)
+        self.stock = (BASELINE, REFERENCE)  # the modes that run stock's weights (or the floor's)
+        self.adapter = adapter_for(run.model)
+        self.order = self.ranked(suite)
+
+    def share(self, mode: str, tokens: int) -> float:
+        if mode in self.stock:
+            return 1.0
+        layers = len(self.adapter.layers)
+        return self.strategies[mode].config.work_share(tokens, layers, self.adapter.ranking_layers)
+
+    def ranked(self, cases) -> tuple[str, ...]:
+        """The candidates, least work on these cases first."""
+        from lazymlx.evals.search import by_work
+
+        shares = {m: lambda n, m=m: self.share(m, n) for m in self.strategies}
+        return by_work(shares, [c[1] for c in cases])
+
+    def run_s(self, step) -> float:
+        (family, length, seed), mode = step
+        case = self.suite[family, length, seed]
+        return self.speed.run_s(length, case.max_tokens, self.share(mode, length))
+
+    def known(self, step):
+        """Stock's or the reference's cached answer to a step (not counted as a hit)."""
+        case, mode = step
+        baseline, reference = self.stock
+        store = None
+        if mode == baseline:
+            store = self.cache
+        elif self.floor and mode == reference:
+            store = self.floor[1]
+        return None if store is None else store.entries.get(store.key(self.suite[case]))
+
+    def counts(self, case) -> bool:
+        """Whether a case counts: not one stock answered wrong (unless open-ended)."""
+        stock = self.known((case, self.stock[0]))
+        if stock is None:
+            return True
+        text = stock["outcome"]["text"]
+        return (
+            self.suite[case].correct(text, text)
+            or self.suite[case].similarity(text, text) is not None
+        )
+
+    def case_s(self, case) -> float:
+        """A case's expected time: the runs the search plans on it."""
+        from lazymlx.evals.search import planned_runs
+
+        known = lambda step: self.known(step) is not None  # noqa: E731
+        runs = planned_runs(case, self.order, self.reference, known, self.counts)
+        return sum(map(self.run_s, runs))
+
+    def runner(self, tick, keep):
+        """The search's run: one step, shown on the clock, its record journaled."""
+        from lazymlx.evals.runner import run_mode
 
         def run(step):
             (family, length, seed), mode = step
             tick(f"{family} {length} #{seed} {mode}")
-            record = run_mode(loaded, tokenizer, suite[step[0]], modes[mode], cache, floor)
+            case = self.suite[step[0]]
+            record = run_mode(
+                self.run.model, self.run.tokenizer, case, self.modes[mode], self.cache, self.floor
+            )
             keep(record)
             return record
 
-        def stop(step) -> bool:
-            return deadline is not None and time.monotonic() + run_s(step) > deadline
-
-        done = run_search(plan, run, records, stop)
-    head = _header(model, list(strategies.values()), split="calibration", minutes=minutes)
-    head |= _rests_on(plan, done, speed, time.monotonic() - started) | {"resumed": len(earlier)}
-    if cut:
-        head["left_out"] = (
-            f"{sum(cut.values())} of {len(wanted)} cases ("
-            + ", ".join(f"{n} at {length}" for length, n in sorted(cut.items()))
-            + ") did not fit the time budget; --journal with --resume and no --minutes adds them"
-        )
-    if skipped:
-        head["skipped"] = f"{', '.join(skipped)}: the model has no chat template"
-    return done, head
+        return run
 
 
 def _pace(model, tokenizer, case, cache):
@@ -570,90 +643,91 @@ CALIBRATE_COLUMNS: list[Column] = [
 ]
 
 
+PerLength = Annotated[
+    float,
+    typer.Option("--per-length", min=0.0, max=1.0, help="Answers a default keeps at every length."),
+]
+PerFamily = Annotated[
+    float,
+    typer.Option("--per-family", min=0.0, max=1.0, help="Answers a default keeps in every family."),
+]
+FastBar = Annotated[
+    float, typer.Option("--fast", min=0.0, max=1.0, help="Answers the fast trade keeps overall.")
+]
+PresetName = Annotated[
+    str,
+    typer.Option("--name", help="Save the choice as this preset (and the trade as NAME-fast)."),
+]
+CalibrationLengths = Annotated[
+    str, typer.Option("--lengths", "-l", help="Calibration context lengths.")
+]
+CalibrationFamilies = Annotated[
+    str, typer.Option("--families", "-f", help="Calibration task families.")
+]
+CalibrationCases = Annotated[
+    int | None,
+    typer.Option("--cases", "-c", min=1, help="Cases per family and length (default: suite's)."),
+]
+Candidates = Annotated[
+    str | None,
+    typer.Option(
+        "--candidates",
+        help="Run only these candidates (comma-separated), e.g. to add cases for the ones "
+        "still in contention; one that misses a case is shown but not chosen. A schedule "
+        "followed by ' sparse' (decode without revival) runs only when named here, and so "
+        "does any other schedule written like the listed ones ('0.3@24% 0.2@57%').",
+    ),
+]
+Minutes = Annotated[
+    float | None,
+    typer.Option(
+        "--minutes",
+        min=0.1,
+        help="A time budget: the case set is sized to fit it at the model's speed on this "
+        "machine (timed on the first case), and the search stops at it.",
+    ),
+]
+CalibrationRecords = Annotated[
+    str | None,
+    typer.Option("--records", help="Re-decide from an earlier run's --output json or --journal."),
+]
+Save = Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen presets.")]
+FloorBar = Annotated[
+    bool,
+    typer.Option(
+        "--reference/--no-reference",
+        help="Judge against the noise floor (stock with 8-bit round-tripped weights): the "
+        "bar at a length or family is the lower of yours and what the floor keeps there.",
+    ),
+]
+Ship = Annotated[
+    bool,
+    typer.Option(
+        "--ship",
+        help="A registry model's maintainers: write the choice into lazymlx's own data as "
+        "the model's default and fast (lazymlx/engine/calibrated/MODEL.json).",
+    ),
+]
+
+
 def calibrate(
     model: Model = DEFAULT_MODEL,
-    per_length: Annotated[
-        float,
-        typer.Option(
-            "--per-length", min=0.0, max=1.0, help="Answers a default keeps at every length."
-        ),
-    ] = 0.97,
-    per_family: Annotated[
-        float,
-        typer.Option(
-            "--per-family", min=0.0, max=1.0, help="Answers a default keeps in every family."
-        ),
-    ] = 0.90,
-    fast: Annotated[
-        float,
-        typer.Option("--fast", min=0.0, max=1.0, help="Answers the fast trade keeps overall."),
-    ] = 0.90,
-    name: Annotated[
-        str,
-        typer.Option("--name", help="Save the choice as this preset (and the trade as NAME-fast)."),
-    ] = "calibrated",
-    lengths: Annotated[
-        str, typer.Option("--lengths", "-l", help="Calibration context lengths.")
-    ] = "1k,2k,4k,8k",
-    families: Annotated[
-        str, typer.Option("--families", "-f", help="Calibration task families.")
-    ] = "all",
-    cases: Annotated[
-        int | None,
-        typer.Option(
-            "--cases", "-c", min=1, help="Cases per family and length (default: suite's)."
-        ),
-    ] = None,
-    candidates: Annotated[
-        str | None,
-        typer.Option(
-            "--candidates",
-            help="Run only these candidates (comma-separated), e.g. to add cases for the ones "
-            "still in contention; one that misses a case is shown but not chosen. A schedule "
-            "followed by ' sparse' (decode without revival) runs only when named here, and so "
-            "does any other schedule written like the listed ones ('0.3@24% 0.2@57%').",
-        ),
-    ] = None,
-    baselines: Annotated[
-        str | None,
-        typer.Option(
-            "--baselines", help="Baseline cache file to read and add to (default: yours)."
-        ),
-    ] = None,
-    minutes: Annotated[
-        float | None,
-        typer.Option(
-            "--minutes",
-            min=0.1,
-            help="A time budget: the case set is sized to fit it at the model's speed on this "
-            "machine (timed on the first case), and the search stops at it.",
-        ),
-    ] = None,
+    per_length: PerLength = 0.97,
+    per_family: PerFamily = 0.90,
+    fast: FastBar = 0.90,
+    name: PresetName = "calibrated",
+    lengths: CalibrationLengths = "1k,2k,4k,8k",
+    families: CalibrationFamilies = "all",
+    cases: CalibrationCases = None,
+    candidates: Candidates = None,
+    baselines: Baselines = None,
+    minutes: Minutes = None,
     journal: Journal = None,
     resume: Resume = False,
-    records: Annotated[
-        str | None,
-        typer.Option(
-            "--records", help="Re-decide from an earlier run's --output json or --journal."
-        ),
-    ] = None,
-    save: Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen presets.")] = True,
-    reference: Annotated[
-        bool,
-        typer.Option(
-            "--reference/--no-reference",
-            help="Judge against the noise floor (stock with 8-bit round-tripped weights): the "
-            "bar at a length or family is the lower of yours and what the floor keeps there.",
-        ),
-    ] = True,
-    ship: Annotated[
-        bool,
-        typer.Option(
-            "--ship",
-            help="A registry model's maintainers: write the choice into lazymlx's own data as "
-            "the model's default and fast (lazymlx/engine/calibrated/MODEL.json).",
-        ),
-    ] = False,
+    records: CalibrationRecords = None,
+    save: Save = True,
+    reference: FloorBar = True,
+    ship: Ship = False,
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
@@ -673,10 +747,8 @@ def calibrate(
     1k). Ctrl-C stops it, keeping every finished run; --journal F with --resume goes on (without
     --minutes, adding the cases a budget left out).
     """
-    from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import Bar, candidate_config, choose
+    from lazymlx.evals.calibrate import Bar, choose
     from lazymlx.evals.runner import read_records, records_as_dicts
-    from lazymlx.models.registry import REGISTRY
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)
@@ -693,15 +765,30 @@ def calibrate(
     result = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": result.chosen, "fast": result.fast}
     emit(output, head, result.frontier, CALIBRATE_COLUMNS, cases=records_as_dicts(recorded))
+    _check_chosen(result, bar)
+    if save:
+        _save_choice(head.get("model", model), head, result, bar, name, ship)
+
+
+def _check_chosen(result, bar) -> None:
+    """Refuse a search that chose nothing: no candidate met the bar for a default or a fast
+    trade."""
     if result.chosen is None and result.fast is None:
         raise LazymlxError(
-            f"no candidate kept {per_length:.0%} of the baseline's answers at every length and "
-            f"{per_family:.0%} in every family, nor {fast:.0%} overall on every case it ran; "
-            "lower the bar, add cases, or give it more time (--journal with --resume goes on)"
+            f"no candidate kept {bar.per_length:.0%} of the baseline's answers at every length "
+            f"and {bar.per_family:.0%} in every family, nor {bar.fast_overall:.0%} overall on "
+            "every case it ran; lower the bar, add cases, or give it more time (--journal with "
+            "--resume goes on)"
         )
-    if not save:
-        return
-    model = head.get("model", model)
+
+
+def _save_choice(model: str, head: dict, result, bar, name: str, ship: bool) -> None:
+    """Save the chosen default and fast trade as the user's presets NAME and NAME-fast, or
+    (ship) write them into lazymlx's own data as a registry model's default and fast."""
+    from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
+    from lazymlx.evals.calibrate import candidate_config
+    from lazymlx.models.registry import REGISTRY
+
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
     default = resolve_preset("default", model)

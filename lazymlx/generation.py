@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +39,14 @@ Prompt = str | Sequence[int] | mx.array
 GENERATION_LOCK = threading.RLock()
 # what mlx-lm's generate_step takes besides the prompt, model and sampling we build ourselves
 STEP_OPTIONS = frozenset(inspect.signature(generate_step).parameters) - {"prompt", "model"}
+# what stream_generate turns into mlx-lm's sampler and logits processors
+SAMPLING_OPTIONS = frozenset(
+    {"temp", "top_p", "top_k", "min_p"}
+    | {"repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"}
+)
+# every keyword argument stream_generate takes: the one list a request's options are checked on
+OPTIONS = SAMPLING_OPTIONS | {"lazy", "arrived"} | STEP_OPTIONS
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -200,16 +208,50 @@ def check_logit_bias(model: nn.Module, logit_bias: dict[int, float] | None) -> N
     check_vocabulary(model, max(logit_bias))
 
 
+def check_request(
+    model: nn.Module,
+    tokens: Sequence[int] | mx.array,
+    max_tokens: int,
+    options: Mapping[str, Any],
+    cached: int = 0,
+    takes: Collection[str] = OPTIONS,
+    unknown: str = "unknown keyword argument{s} {names}; stream_generate takes {takes}",
+) -> None:
+    """Refuse, before any work, a request the model cannot run: no room to generate, an option
+    not among `takes` (said with the `unknown` message), a prefill step of no tokens, a prompt
+    (after `cached` tokens of context) longer than the model's context, a token id or logit
+    bias outside its vocabulary. `LLM.submit` checks its requests here before queueing them."""
+    if max_tokens < 1:
+        raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+    names = sorted(set(options) - set(takes))
+    if names:
+        raise LazymlxError(
+            unknown.format(
+                s="s" * (len(names) > 1), names=", ".join(names), takes=", ".join(sorted(takes))
+            )
+        )
+    if options.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
+        raise LazymlxError(
+            f"prefill_step_size must be at least 1, got {options['prefill_step_size']}"
+        )
+    check_context(model, len(tokens) + cached)
+    if len(tokens):
+        largest = tokens.max().item() if isinstance(tokens, mx.array) else max(tokens)
+        check_vocabulary(model, largest)
+    check_logit_bias(model, options.get("logit_bias"))
+
+
 def _sampling(
-    temp: float,
-    top_p: float,
-    top_k: int,
-    min_p: float,
-    repetition_penalty: float | None,
-    presence_penalty: float | None,
-    frequency_penalty: float | None,
-    logit_bias: dict[int, float] | None,
+    temp: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    repetition_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    logit_bias: dict[int, float] | None = None,
 ) -> dict[str, Any]:
+    """mlx-lm's sampler and logits processors for the sampling options."""
     if temp < 0:
         raise LazymlxError(f"temperature must be >= 0, got {temp}")
     if not 0 < top_p <= 1:
@@ -262,75 +304,71 @@ def _stream_generate(
     prompt: Prompt,
     max_tokens: int = 256,
     *,
-    temp: float = 0.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    min_p: float = 0.0,
-    repetition_penalty: float | None = None,
-    presence_penalty: float | None = None,
-    frequency_penalty: float | None = None,
-    logit_bias: dict[int, float] | None = None,
     lazy: LazyConfig | str | None = None,
     arrived: float,
-    **kwargs: Any,
+    **options: Any,
 ) -> Iterator[Response]:
     waited = time.perf_counter() - arrived  # for the generation thread (another thread's call)
-    if max_tokens < 1:
-        raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
-    unknown = sorted(set(kwargs) - STEP_OPTIONS)
-    if unknown:
-        raise LazymlxError(
-            f"unknown keyword argument{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-            f"stream_generate takes temp, top_p, top_k, min_p, repetition_penalty, "
-            f"presence_penalty, frequency_penalty, logit_bias, lazy, arrived and "
-            f"mlx-lm's generate_step options: {', '.join(sorted(STEP_OPTIONS))}"
-        )
-    if kwargs.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
-        raise LazymlxError(
-            f"prefill_step_size must be at least 1, got {kwargs['prefill_step_size']}"
-        )
     lazy = resolve_lazy(lazy, getattr(model, "lazymlx_name", None))
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     tokens = encode_prompt(tokenizer, prompt)
-    cache = kwargs.get("prompt_cache")
+    cache = options.get("prompt_cache")
     if cache is not None and isinstance(cache, LazyState) != (lazy is not None):
         raise LazymlxError(
             "a LazyState prompt_cache goes with lazy=LazyConfig(...), an mlx-lm cache with lazy=None"
         )
-    cached = cached_length(cache)
-    check_context(model, tokens.size + cached)
-    if tokens.size:
-        check_vocabulary(model, tokens.max().item())
-    check_logit_bias(model, logit_bias)
-    kwargs.update(
-        _sampling(
-            temp,
-            top_p,
-            top_k,
-            min_p,
-            repetition_penalty,
-            presence_penalty,
-            frequency_penalty,
-            logit_bias,
-        )
-    )
+    check_request(model, tokens, max_tokens, options, cached=cached_length(cache))
+    kwargs = _sampling(**{name: options.pop(name) for name in SAMPLING_OPTIONS if name in options})
+    kwargs |= options
     report_start = None  # mlx-lm's generate_step reports 0 done first; the lazy step only per layer
     if lazy is not None:
-        unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))
-        if unsupported:
-            raise LazymlxError(f"not supported with lazy=: {', '.join(unsupported)}")
-        state = cache if cache is not None else LazyState(model)
-        state.check_memory(tokens.size + state.offset + max_tokens)
-        kwargs["prompt_cache"] = state
-        chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
-        progress = kwargs.get("prompt_progress_callback")
-        if lazy.past_template:
-            lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
-        model = LazyModel(model, state, lazy, tokens.size, chunk, progress)
-        if model.prunes_prompt and progress is not None:  # it counts layer by layer instead
-            kwargs["prompt_progress_callback"] = None
-            report_start = progress
+        model, report_start = _lazy_model(model, tokenizer, tokens, max_tokens, lazy, kwargs)
+    yield from _timed(model, tokenizer, tokens, max_tokens, kwargs, waited, report_start)
+
+
+def _lazy_model(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    tokens: mx.array,
+    max_tokens: int,
+    lazy: LazyConfig,
+    kwargs: dict[str, Any],
+) -> tuple[LazyModel, Progress | None]:
+    """The model wrapped for the lazy prompt step over its context (kwargs' prompt_cache, else a
+    new one, set there), and the progress callback to report the step's start with when the
+    step reports per layer (mlx-lm's own per-chunk reports are then turned off in kwargs)."""
+    unsupported = sorted(k for k in ("kv_bits", "max_kv_size", "draft_model") if kwargs.get(k))
+    if unsupported:
+        raise LazymlxError(f"not supported with lazy=: {', '.join(unsupported)}")
+    state = kwargs.get("prompt_cache")
+    state = state if state is not None else LazyState(model)
+    state.check_memory(tokens.size + state.offset + max_tokens)
+    kwargs["prompt_cache"] = state
+    chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
+    progress = kwargs.get("prompt_progress_callback")
+    if lazy.past_template:
+        lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
+    wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress)
+    if wrapped.prunes_prompt and progress is not None:  # it counts layer by layer instead
+        kwargs["prompt_progress_callback"] = None
+        return wrapped, progress
+    return wrapped, None
+
+
+def _timed(
+    model: nn.Module,
+    tokenizer: TokenizerWrapper,
+    tokens: mx.array,
+    max_tokens: int,
+    kwargs: dict[str, Any],
+    waited: float,
+    report_start: Progress | None,
+) -> Iterator[Response]:
+    """mlx-lm's stream_generate under GENERATION_LOCK, each response with the time to the
+    first token (the wait for the lock and `waited` before it included) and the lazy engine's
+    counts when `model` is the lazy wrapper."""
+    cached = cached_length(kwargs.get("prompt_cache"))
     locking = time.perf_counter()
     with GENERATION_LOCK:
         try:
@@ -343,8 +381,8 @@ def _stream_generate(
             for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
                 if ttft is None:
                     ttft = queued + time.perf_counter() - start
-                if lazy is not None:  # host-side counts only: no device read while mlx-lm pipelines
-                    stats = LazyStats.of(model, tokens.size)
+                if isinstance(model, LazyModel):  # host-side counts only: no device read while
+                    stats = LazyStats.of(model, tokens.size)  # mlx-lm pipelines
                 counts = vars(response) | {"prompt_tokens": cached + tokens.size}
                 yield Response(
                     **counts, cached_tokens=cached, ttft_s=ttft, queued_s=queued, lazy=stats

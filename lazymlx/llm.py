@@ -37,6 +37,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.server import _format_top_logprobs
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx import collectives, distributed
@@ -45,29 +46,28 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
     GENERATION_LOCK,
-    STEP_OPTIONS,
+    OPTIONS,
     Response,
-    check_context,
-    check_logit_bias,
-    check_text,
-    check_vocabulary,
+    check_request,
     context_limit,
     encode_prompt,
     resolve_lazy,
-    stream_generate,
 )
+from lazymlx.turn import render_chat, run_turn
 from lazymlx.worker import GENERATION_THREAD
 
 Loader = Callable[[], tuple[nn.Module, TokenizerWrapper]]
-# what a request may set besides its prompt, max_tokens, lazy, seed, progress and logprobs: mlx-lm's
-# sampler and logits processors, and generate_step's options but the context, the LLM's to manage
-REQUEST_OPTIONS = frozenset(
-    {"temp", "top_p", "top_k", "min_p"}
-    | {"repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"}
-) | (
-    STEP_OPTIONS
-    - {"max_tokens", "prompt_cache", "prompt_progress_callback", "sampler", "logits_processors"}
-)
+# what a request may set besides its prompt, max_tokens, lazy, seed, progress and logprobs:
+# stream_generate's options but the context and what the LLM builds itself
+REQUEST_OPTIONS = OPTIONS - {
+    "max_tokens",
+    "prompt_cache",
+    "prompt_progress_callback",
+    "sampler",
+    "logits_processors",
+    "lazy",
+    "arrived",
+}
 # submit's own keyword arguments, named beside the options when one is unknown
 SUBMIT_ARGUMENTS = frozenset(
     {"messages", "max_tokens", "lazy", "on_progress", "seed", "logprobs", "listener"}
@@ -236,46 +236,11 @@ class LLM:
         anything is queued.
         """
         arrived = time.perf_counter() if arrived is None else arrived
-        if (prompt is None) == (messages is None):
-            raise LazymlxError("give either prompt= (raw text or token ids) or messages= (a chat)")
-        if messages is not None:
-            if self.tokenizer.chat_template is None:
-                raise LazymlxError("this model has no chat template; send prompt= text instead")
-            for message in messages:
-                check_text(str(message.get("content") or ""))
-            try:
-                tokens = list(
-                    self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-                )
-            except Exception as error:  # the template refuses this chat (roles, content, ...)
-                raise LazymlxError(f"the chat template refuses these messages: {error}") from None
-        else:
-            tokens = encode_prompt(self.tokenizer, prompt).tolist()
-        check_context(self.model, len(tokens))
+        tokens = self._prompt_tokens(prompt, messages)
         limit = context_limit(self.model)
         if fit_context and limit:
             max_tokens = max(1, min(max_tokens, limit - len(tokens)))
-        if tokens:
-            check_vocabulary(self.model, max(tokens))
-        if max_tokens < 1:
-            raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
-        if logprobs is not None and not 0 <= logprobs <= len(self.tokenizer):
-            raise LazymlxError(f"logprobs is how many alternatives to give, >= 0; got {logprobs}")
-        check_logit_bias(self.model, options.get("logit_bias"))
-        unknown = sorted(set(options) - REQUEST_OPTIONS)
-        if unknown:
-            takes = sorted(REQUEST_OPTIONS | SUBMIT_ARGUMENTS)
-            raise LazymlxError(
-                f"unknown option {', '.join(unknown)}; submit takes {', '.join(takes)}"
-            )
-        if self.leads:
-            try:
-                json.dumps(options)
-            except TypeError:
-                raise LazymlxError(
-                    "a group of ranks hands each request to every rank, so its options must be "
-                    "numbers, strings, lists and dicts; leave objects out"
-                ) from None
+        self._check(tokens, max_tokens, logprobs, options)
         config = self.lazy if lazy is ... else resolve_lazy(lazy, self.name)
         if seed is not None:
             options["seed"] = seed
@@ -284,6 +249,35 @@ class LLM:
         request = _Request(tokens, config, options, stream, on_progress, logprobs, arrived)
         GENERATION_THREAD.submit(lambda: self._job(request))
         return stream
+
+    def _prompt_tokens(
+        self, prompt: str | Sequence[int] | None, messages: list[dict[str, str]] | None
+    ) -> list[int]:
+        """A request's prompt tokens: raw text or token ids as they are, a chat rendered."""
+        if (prompt is None) == (messages is None):
+            raise LazymlxError("give either prompt= (raw text or token ids) or messages= (a chat)")
+        if messages is not None:
+            return render_chat(self.tokenizer, messages, "send prompt= text instead")
+        return encode_prompt(self.tokenizer, prompt).tolist()
+
+    def _check(
+        self, tokens: list[int], max_tokens: int, logprobs: int | None, options: dict[str, Any]
+    ) -> None:
+        """Refuse a request before it is queued: stream_generate's checks (lazymlx/generation.py),
+        with submit's own arguments beside its options, then submit's own."""
+        takes = REQUEST_OPTIONS | SUBMIT_ARGUMENTS
+        unknown = "unknown option {names}; submit takes {takes}"
+        check_request(self.model, tokens, max_tokens, options, takes=takes, unknown=unknown)
+        if logprobs is not None and not 0 <= logprobs <= len(self.tokenizer):
+            raise LazymlxError(f"logprobs is how many alternatives to give, >= 0; got {logprobs}")
+        if self.leads:
+            try:
+                json.dumps(options)
+            except TypeError:
+                raise LazymlxError(
+                    "a group of ranks hands each request to every rank, so its options must be "
+                    "numbers, strings, lists and dicts; leave objects out"
+                ) from None
 
     def generate(self, prompt: str | Sequence[int] | None = None, **kwargs: Any) -> str:
         """Submit and wait: the whole answer."""
@@ -396,7 +390,6 @@ class LLM:
         if "seed" in options:
             mx.random.seed(options.pop("seed"))
         context = self.contexts.take(self.model, request.tokens, request.lazy)
-        stream.cached_tokens = context.reuse(request.tokens, self.model)
 
         def progress(done: int, total: int) -> None:
             if collectives.anyone(_stopping(stream)):  # every rank stops at the same layer
@@ -404,31 +397,31 @@ class LLM:
             if request.on_progress is not None:
                 request.on_progress(done, total)
 
-        generated: list[int] = []
+        turn = run_turn(
+            self.model,
+            self.tokenizer,
+            context,
+            request.tokens,
+            on_reuse=lambda cached: setattr(stream, "cached_tokens", cached),
+            lazy=request.lazy,
+            prompt_progress_callback=progress,
+            arrived=request.arrived,
+            **options,
+        )
         try:
-            for response in stream_generate(
-                self.model,
-                self.tokenizer,
-                request.tokens[stream.cached_tokens :],
-                prompt_cache=context.cache,
-                lazy=request.lazy,
-                prompt_progress_callback=progress,
-                arrived=request.arrived,
-                **options,
-            ):
-                generated.append(response.token)
-                if request.logprobs is not None:
-                    response = _with_logprobs(response, request.logprobs)
-                stop = collectives.anyone(_stopping(stream))  # and at the same token
-                if stop and response.finish_reason is None:
-                    response.finish_reason = "cancelled"
-                stream._emit(response)
-                if stop:
-                    break
+            with contextlib.closing(turn):
+                for response in turn:
+                    if request.logprobs is not None:
+                        response = _with_logprobs(response, request.logprobs, self.tokenizer)
+                    stop = collectives.anyone(_stopping(stream))  # and at the same token
+                    if stop and response.finish_reason is None:
+                        response.finish_reason = "cancelled"
+                    stream._emit(response)
+                    if stop:
+                        break
         except Cancelled:
             pass
         finally:
-            context.settle(request.tokens + generated, self.model)
             self.contexts.put(context)
 
 
@@ -461,19 +454,14 @@ def _shared_request(message: dict[str, Any]) -> _Request:
     )
 
 
-def _with_logprobs(response: Response, top: int) -> Response:
-    """The response with its token's log-probability and the `top` likeliest, as host numbers."""
+def _with_logprobs(response: Response, top: int, tokenizer: TokenizerWrapper) -> Response:
+    """The response with its token's log-probability and the `top` likeliest (mlx-lm's server
+    picks them), likeliest first, as host numbers."""
     vector = response.logprobs
-    top = min(top, vector.size)
-    alternatives: list[tuple[int, float]] = []
-    if top:
-        ids = mx.argpartition(-vector, kth=top - 1)[:top]
-        pairs = zip(ids.tolist(), vector[ids].tolist(), strict=True)
-        alternatives = sorted(pairs, key=lambda pair: -pair[1])
+    likeliest = _format_top_logprobs(vector, min(top, vector.size), tokenizer)
+    pairs = sorted(((entry["id"], entry["logprob"]) for entry in likeliest), key=lambda p: -p[1])
     return dataclasses.replace(
-        response,
-        token_logprob=vector[response.token].item(),
-        top_logprobs=tuple(alternatives),
+        response, token_logprob=vector[response.token].item(), top_logprobs=tuple(pairs)
     )
 
 

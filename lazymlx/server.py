@@ -392,41 +392,11 @@ class _Request:
 
 def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
     """The server for `llm`; requests that name no "lazy" preset get the LLM's."""
-    limits = limits or Limits()
+    routes = _Routes(llm, limits or Limits())
     app = FastAPI(title="lazymlx", description="OpenAI-compatible API over lazymlx")
-    created = int(time.time())
-    tokens = _Tokens(llm.tokenizer)
-
-    def card() -> dict[str, Any]:
-        return {"id": llm.name, "object": "model", "created": created, "owned_by": "lazymlx"}
-
-    @app.exception_handler(Refusal)
-    async def refused(request: Request, refusal: Refusal) -> JSONResponse:
-        log.info("%s %s %d · %s", request.method, request.url.path, refusal.status, refusal)
-        return error(refusal.status, refusal.message, refusal.param, refusal.code)
-
-    @app.exception_handler(HTTPException)
-    async def not_routed(request: Request, problem: HTTPException) -> JSONResponse:
-        """404 and 405 (and any other HTTP error of the framework) in OpenAI's shape."""
-        where = f"{request.method} {request.url.path}"
-        if problem.status_code == 404:
-            message = (
-                f"no such endpoint: {where}; this server has /v1/chat/completions, "
-                "/v1/completions, /v1/models and /health"
-            )
-        elif problem.status_code == 405:
-            allowed = (problem.headers or {}).get("Allow", "another method")
-            message = f"{where} is not allowed; use {allowed}"
-        else:
-            message = f"{where}: {problem.detail}"
-        log.info("%s %d · %s", where, problem.status_code, message)
-        return error(problem.status_code, message, headers=problem.headers)
-
-    @app.exception_handler(Exception)
-    async def failed(request: Request, fault: Exception) -> JSONResponse:
-        """A fault of ours: an error object, and the server lives on."""
-        log.error("%s %s 500 · %r", request.method, request.url.path, fault)
-        return error(500, f"the server failed: {fault}")
+    app.add_exception_handler(Refusal, _refused)
+    app.add_exception_handler(HTTPException, _not_routed)
+    app.add_exception_handler(Exception, _failed)
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -434,52 +404,147 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [card()]}
+        return {"object": "list", "data": [routes.card()]}
 
     @app.get("/v1/models/{model_id:path}")
     def model(model_id: str) -> dict[str, Any]:
-        if model_id != llm.name:
+        return routes.model(model_id)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await routes.chat(request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await routes.completions(request)
+
+    return app
+
+
+async def _refused(request: Request, refusal: Refusal) -> JSONResponse:
+    log.info("%s %s %d · %s", request.method, request.url.path, refusal.status, refusal)
+    return error(refusal.status, refusal.message, refusal.param, refusal.code)
+
+
+async def _not_routed(request: Request, problem: HTTPException) -> JSONResponse:
+    """404 and 405 (and any other HTTP error of the framework) in OpenAI's shape."""
+    where = f"{request.method} {request.url.path}"
+    if problem.status_code == 404:
+        message = (
+            f"no such endpoint: {where}; this server has /v1/chat/completions, "
+            "/v1/completions, /v1/models and /health"
+        )
+    elif problem.status_code == 405:
+        allowed = (problem.headers or {}).get("Allow", "another method")
+        message = f"{where} is not allowed; use {allowed}"
+    else:
+        message = f"{where}: {problem.detail}"
+    log.info("%s %d · %s", where, problem.status_code, message)
+    return error(problem.status_code, message, headers=problem.headers)
+
+
+async def _failed(request: Request, fault: Exception) -> JSONResponse:
+    """A fault of ours: an error object, and the server lives on."""
+    log.error("%s %s 500 · %r", request.method, request.url.path, fault)
+    return error(500, f"the server failed: {fault}")
+
+
+async def _body_bytes(request: Request, limit: int) -> bytearray:
+    """The request's body, refused (413) past `limit` bytes, by its length or as it streams in
+    (a chunked body has no length to check up front)."""
+    size = int(request.headers.get("content-length") or 0)
+    if size > limit:
+        raise Refusal(413, f"the request is {size} bytes; the limit is {limit}")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise Refusal(413, f"the request is over the {limit}-byte limit")
+    return raw
+
+
+def _parsed(raw: bytes, schema: type[_Body], chat: bool) -> _Body:
+    """The body as the endpoint's schema, refused (400) naming the first field that is wrong."""
+    try:
+        body = schema.model_validate(json.loads(raw))
+    except ValidationError as bad:
+        first = bad.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        why = "unknown field; remove it" if first["type"] == "extra_forbidden" else first["msg"]
+        raise Refusal(400, f"{where}: {why}", where) from None
+    except ValueError as bad:  # not JSON, or not UTF-8
+        raise Refusal(400, f"the body is not valid JSON ({bad})") from None
+    _check_fields(body, chat)
+    return body
+
+
+def _sampling(body: _Body) -> dict[str, Any]:
+    """The request's sampling, penalties and logit bias, as `LLM.submit` takes them."""
+    return {
+        "temp": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "repetition_penalty": body.repetition_penalty,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "logit_bias": body.logit_bias,
+    }
+
+
+class _Routes:
+    """What the model endpoints do over one LLM; create_app routes each to one method."""
+
+    def __init__(self, llm: LLM, limits: Limits) -> None:
+        self.llm, self.limits = llm, limits
+        self.created = int(time.time())
+        self.tokens = _Tokens(llm.tokenizer)
+
+    def card(self) -> dict[str, Any]:
+        return {
+            "id": self.llm.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "lazymlx",
+        }
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        if model_id != self.llm.name:
             raise Refusal(
                 404,
-                f"the model {model_id!r} is not served here; this server serves {llm.name!r}",
+                f"the model {model_id!r} is not served here; this server serves {self.llm.name!r}",
                 "model",
                 "model_not_found",
             )
-        return card()
+        return self.card()
 
-    async def parse(request: Request, schema: type[_Body], chat: bool) -> _Body:
-        size = int(request.headers.get("content-length") or 0)
-        if size > limits.max_request_bytes:
-            raise Refusal(
-                413, f"the request is {size} bytes; the limit is {limits.max_request_bytes}"
-            )
-        raw = bytearray()
-        async for part in request.stream():  # a chunked body has no length to check up front
-            raw += part
-            if len(raw) > limits.max_request_bytes:
-                raise Refusal(413, f"the request is over the {limits.max_request_bytes}-byte limit")
-        try:
-            body = schema.model_validate(json.loads(raw))
-        except ValidationError as bad:
-            first = bad.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
-            why = "unknown field; remove it" if first["type"] == "extra_forbidden" else first["msg"]
-            raise Refusal(400, f"{where}: {why}", where) from None
-        except ValueError as bad:  # not JSON, or not UTF-8
-            raise Refusal(400, f"the body is not valid JSON ({bad})") from None
-        _check_fields(body, chat)
-        return body
+    async def chat(self, request: Request):
+        body = await self.parse(request, ChatBody, chat=True)
+        pending = _Request(f"chatcmpl-{uuid.uuid4().hex[:24]}", "chat", self.limits.keepalive_s)
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        await self.start(body, pending, top, messages=_messages(body.messages))
+        return await self.respond(request, body, pending, top, chat=True)
 
-    async def start(body: _Body, pending: _Request, top: int | None, **prompt: Any) -> None:
+    async def completions(self, request: Request):
+        body = await self.parse(request, CompletionBody, chat=False)
+        pending = _Request(f"cmpl-{uuid.uuid4().hex[:24]}", "completions", self.limits.keepalive_s)
+        await self.start(body, pending, body.logprobs, prompt=_prompt(body.prompt))
+        return await self.respond(request, body, pending, body.logprobs, chat=False)
+
+    async def parse(self, request: Request, schema: type[_Body], chat: bool) -> _Body:
+        return _parsed(await _body_bytes(request, self.limits.max_request_bytes), schema, chat)
+
+    async def start(self, body: _Body, pending: _Request, top: int | None, **prompt: Any) -> None:
         """Queue the request; max_tokens above the server's limit or the model's context (many
         clients ask 4096-8192 by default) is capped, and usage and the log say so."""
-        asked = body.max_completion_tokens or body.max_tokens or min(512, limits.max_tokens)
+        limit = self.limits.max_tokens
+        asked = body.max_completion_tokens or body.max_tokens or min(512, limit)
         pending.max_tokens_asked = asked
         try:  # tokenizing a large body is work: off the event loop
             pending.stream = await asyncio.to_thread(
-                llm.submit,
+                self.llm.submit,
                 **prompt,
-                max_tokens=min(asked, limits.max_tokens),
+                max_tokens=min(asked, limit),
                 fit_context=True,
                 arrived=pending.started,
                 lazy=body.lazy or ...,
@@ -487,42 +552,42 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
                 logprobs=top,
                 on_progress=pending.on_progress,
                 listener=pending.listener,
-                temp=body.temperature,
-                top_p=body.top_p,
-                top_k=body.top_k,
-                min_p=body.min_p,
-                repetition_penalty=body.repetition_penalty,
-                presence_penalty=body.presence_penalty,
-                frequency_penalty=body.frequency_penalty,
-                logit_bias=body.logit_bias,
+                **_sampling(body),
             )
         except LazymlxError as bad:
             raise Refusal(400, str(bad)) from None
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await parse(request, ChatBody, chat=True)
-        pending = _Request(f"chatcmpl-{uuid.uuid4().hex[:24]}", "chat", limits.keepalive_s)
-        top = (body.top_logprobs or 0) if body.logprobs else None
-        await start(body, pending, top, messages=_messages(body.messages))
-        return await respond(request, body, pending, top, chat=True)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        body = await parse(request, CompletionBody, chat=False)
-        pending = _Request(f"cmpl-{uuid.uuid4().hex[:24]}", "completions", limits.keepalive_s)
-        await start(body, pending, body.logprobs, prompt=_prompt(body.prompt))
-        return await respond(request, body, pending, body.logprobs, chat=False)
-
-    def logprobs(chat: bool, responses: list[Response], offset: int) -> dict[str, Any]:
-        return tokens.chat(responses) if chat else tokens.completion(responses, offset)
+    def logprobs(self, chat: bool, responses: list[Response], offset: int) -> dict[str, Any]:
+        if chat:
+            return self.tokens.chat(responses)
+        return self.tokens.completion(responses, offset)
 
     async def respond(
-        request: Request, body: _Body, pending: _Request, top: int | None, chat: bool
+        self, request: Request, body: _Body, pending: _Request, top: int | None, chat: bool
     ):
+        """The answer: streamed as server-sent events, or whole as one object."""
         if body.stream:
-            events = _events(request, body, pending, top, chat)
+            events = self.events(request, body, pending, top, chat)
             return StreamingResponse(events, media_type="text/event-stream")
+        text, finish, kept = await self.whole_answer(request, body, pending)
+        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
+        choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        if top is not None:
+            choice["logprobs"] = self.logprobs(chat, kept, 0)
+        pending.log_end(200, finish)
+        return {
+            "id": pending.ident,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.llm.name,
+            "choices": [choice],
+            "usage": pending.usage(),
+        }
+
+    async def whole_answer(
+        self, request: Request, body: _Body, pending: _Request
+    ) -> tuple[str, str, list[Response]]:
+        """The answer's text up to a stop string, its finish reason and its responses."""
         stop, pieces, finish, kept = _StopFinder(body.stop), [], "cancelled", []
         try:
             async for response in pending.responses(request):
@@ -540,57 +605,34 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             raise Refusal(400, str(bad)) from None
         finally:
             pending.stream.cancel()  # a client gone frees the generation thread
-        text = "".join(pieces) + (stop.flush() if finish != "stop" else "")
-        choice = {"index": 0, "finish_reason": finish, "logprobs": None}
-        choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-        if top is not None:
-            choice["logprobs"] = logprobs(chat, kept, 0)
-        pending.log_end(200, finish)
-        return {
-            "id": pending.ident,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": llm.name,
-            "choices": [choice],
-            "usage": pending.usage(),
-        }
+        return "".join(pieces) + (stop.flush() if finish != "stop" else ""), finish, kept
 
-    async def _events(request, body, pending, top, chat) -> AsyncIterator[str]:
-        stop, sent, finish = _StopFinder(body.stop), 0, "cancelled"
-        base = {
-            "id": pending.ident,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "model": llm.name,
-        }
-
-        def event(choices: list[dict], **extra: Any) -> str:
-            payload = base | {"created": int(time.time()), "choices": choices} | extra
-            return f"data: {json.dumps(payload)}\n\n"
-
-        def choice(text: str, finish: str | None, kept: list[Response], first=False) -> dict:
-            delta = {"role": "assistant", "content": text} if first else {"content": text}
-            part = {"delta": delta} if chat else {"text": text}
-            probs = logprobs(chat, kept, sent) if top is not None and kept else None
-            return {"index": 0, "finish_reason": finish, "logprobs": probs} | part
-
+    async def events(self, request, body, pending, top, chat) -> AsyncIterator[str]:
+        """The answer as server-sent events: chunks as the text comes (a keep-alive comment while
+        it waits), the finish, usage if asked for, then [DONE]; an error mid-stream is an error
+        event, the status having been sent."""
+        stop, finish = _StopFinder(body.stop), "cancelled"
+        chunks = _Chunks(self, pending, top, chat)
         try:
             if chat:
-                yield event([choice("", None, [], first=True)])
+                yield chunks.event([chunks.choice("", None, [], first=True)])
             async for response in pending.responses(request):
                 if response is None:
                     yield f": keepalive {pending.waiting()}\n\n"
                     continue
                 text, hit = stop.feed(response.text)
                 if text or top is not None:
-                    yield event([choice(text, None, [response])])
-                    sent += len(text)
+                    yield chunks.event([chunks.choice(text, None, [response])])
+                    chunks.sent += len(text)
                 if hit:
                     finish = "stop"
                     break
                 finish = response.finish_reason or finish
-            yield event([choice(stop.flush() if finish != "stop" else "", finish, [])])
+            yield chunks.event(
+                [chunks.choice(stop.flush() if finish != "stop" else "", finish, [])]
+            )
             if body.stream_options and body.stream_options.include_usage:
-                yield event([], usage=pending.usage())  # OpenAI's own last chunk: no choices
+                yield chunks.event([], usage=pending.usage())  # OpenAI's own last chunk: no choices
             yield "data: [DONE]\n\n"
         except Exception as bad:  # mid-stream the status is sent: an error event instead
             kind = "invalid_request_error" if isinstance(bad, LazymlxError) else "server_error"
@@ -600,7 +642,30 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
             pending.stream.cancel()  # a client gone mid-stream frees the generation thread
             pending.log_end(200, finish)
 
-    return app
+
+class _Chunks:
+    """A streamed answer's events: each a chunk of the request's, its text counted in `sent`
+    (the completions' logprobs count text offsets from it)."""
+
+    def __init__(self, routes: _Routes, pending: _Request, top: int | None, chat: bool) -> None:
+        self.routes, self.top, self.chat, self.sent = routes, top, chat, 0
+        self.base = {
+            "id": pending.ident,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "model": routes.llm.name,
+        }
+
+    def event(self, choices: list[dict], **extra: Any) -> str:
+        payload = self.base | {"created": int(time.time()), "choices": choices} | extra
+        return f"data: {json.dumps(payload)}\n\n"
+
+    def choice(self, text: str, finish: str | None, kept: list[Response], first=False) -> dict:
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        part = {"delta": delta} if self.chat else {"text": text}
+        probs = None
+        if self.top is not None and kept:
+            probs = self.routes.logprobs(self.chat, kept, self.sent)
+        return {"index": 0, "finish_reason": finish, "logprobs": probs} | part
 
 
 def listen(host: str, port: int) -> socket.socket:

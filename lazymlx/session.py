@@ -11,6 +11,7 @@ and between turns (while the user reads and types) `complete_step` completes it 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,12 @@ import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.contexts import Context, load_context, new_cache, save_context
+from lazymlx.engine.complete import complete as complete_all
 from lazymlx.engine.complete import step
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import (
-    Response,
-    check_context,
-    check_text,
-    context_limit,
-    stream_generate,
-)
+from lazymlx.generation import Response, check_text, context_limit
+from lazymlx.turn import render_chat, run_turn
 
 
 class ChatSession:
@@ -80,9 +77,9 @@ class ChatSession:
         return step(cache, cache.config)
 
     def complete(self) -> None:
-        """Complete the whole context now."""
-        while self.complete_step():
-            pass
+        """Complete the whole context now (the engine's units, with nothing waiting)."""
+        if self.incomplete:
+            complete_all(self.context.cache, self.context.cache.config)
 
     def load(self, path: str | Path, model_name: str) -> None:
         """Continue a conversation saved by `save`; nothing changes if the file is refused."""
@@ -94,11 +91,11 @@ class ChatSession:
         would overflow max_context (the newest message is always kept)."""
         room = self.generation.get("max_tokens", 256)
         while True:
-            tokens = self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True)
+            tokens = render_chat(self.tokenizer, self.messages, "use `lazymlx generate --raw`")
             first = 1 if self.system else 0
             turns = len(self.messages) - first - 1  # messages before the newest one
             if not self.max_context or len(tokens) + room <= self.max_context or turns < 2:
-                return list(tokens)
+                return tokens
             drop = max(2, turns // 2 // 2 * 2)  # whole user/assistant pairs, half of them
             del self.messages[first : first + drop]
             self.dropped_turns += drop // 2
@@ -112,31 +109,23 @@ class ChatSession:
         check_text(text)
         before = list(self.messages), self.dropped_turns  # a refused turn drops nothing
         self.messages.append({"role": "user", "content": text})
-        try:
-            tokens = self._fitted_prompt()
-            check_context(self.model, len(tokens))  # before reuse trims the cache for it
-            new_tokens = tokens[self.context.reuse(tokens, self.model) :]
-        except BaseException:
-            self.messages, self.dropped_turns = before
-            raise
         reply: list[str] = []
-        generated: list[int] = []
         try:
-            for response in stream_generate(
+            turn = run_turn(
                 self.model,
                 self.tokenizer,
-                new_tokens,
-                prompt_cache=self.context.cache,
+                self.context,
+                self._fitted_prompt(),
                 lazy=self.lazy,
                 prompt_progress_callback=on_progress,
                 **self.generation,
-            ):
-                reply.append(response.text)
-                generated.append(response.token)
-                yield response
+            )
+            with closing(turn):
+                for response in turn:
+                    reply.append(response.text)
+                    yield response
         finally:
-            self.context.settle(tokens + generated, self.model)
-            if generated:
+            if reply:
                 self.messages.append({"role": "assistant", "content": "".join(reply)})
             else:
                 self.messages, self.dropped_turns = before

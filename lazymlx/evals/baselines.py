@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -25,10 +25,8 @@ from mlx.utils import tree_flatten
 from lazymlx.engine.atomic import write_atomic
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.families import Case
+from lazymlx.evals.measure import Outcome
 from lazymlx.platform import backend
-
-if TYPE_CHECKING:
-    from lazymlx.evals.runner import Outcome
 
 PACKAGED = Path(__file__).with_name("baselines")  # one file per registry model
 SETTINGS = {"sampling": "greedy", "engine": "stock mlx-lm"}
@@ -78,9 +76,6 @@ class BaselineCache:
     `path` (the user's cache unless given)."""
 
     def __init__(self, model: nn.Module, path: Path | None = None) -> None:
-        from lazymlx.evals.runner import Outcome
-
-        self.outcome = Outcome
         self.model_key = fingerprint(model)
         self.path = path or user_cache()
         self.own = _read(self.path)  # what the cache file holds (rewritten whole on each put)
@@ -104,7 +99,7 @@ class BaselineCache:
             self.misses += 1
             return None
         self.hits += 1
-        return self.outcome(**entry["outcome"])
+        return Outcome(**entry["outcome"])
 
     def timed_here(self, case: Case) -> bool:
         """Whether this run (this cache object) ran the case's baseline, so its TTFT can stand

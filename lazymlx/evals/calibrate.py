@@ -201,68 +201,71 @@ def margin(check: Check) -> float:
     return (row["kept_share"] or 0.0) - needed
 
 
+def _is_candidate(mode: str) -> bool:
+    """Whether a mode is a candidate the bar applies to: not stock, not the reference, and a
+    multi-turn run after completion (not its no-idle twin)."""
+    return mode not in (BASELINE, REFERENCE) and not mode.endswith(NO_IDLE)
+
+
+def _frontier_row(
+    records: list[Record], rows: list[dict], mode: str, bar: Bar, every_case: set[CaseId]
+) -> dict:
+    """One mode's row of the frontier: its work, speed and answers kept overall, its worst
+    length, family and open-ended family against their bars, and which bars it meets."""
+    # a candidate run on only some of the cases that count (dropped by the search, added
+    # later with --candidates) is shown but not chosen: its share would be over easier
+    # ground than the others'
+    ran = {case_id(r) for r in records if r.mode == mode}
+    covers = not _is_candidate(mode) or ran >= every_case
+    pooled = [r for r in rows if r["mode"] == mode and r["family"] == ALL]
+    overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
+    lengths, families = default_checks(rows, mode, bar)
+    worst_length, worst_family = (
+        min(lengths, key=margin),
+        min(families, key=margin, default=None),
+    )
+    gaps = open_gaps(records, mode) if mode != REFERENCE else {}
+    worst_open = min(gaps.items(), key=lambda item: item[1][0], default=None)
+    open_ok = all(gap >= -OPEN_MARGIN - 1e-9 for gap, _ in gaps.values())
+    return {
+        "mode": mode,
+        "compute_fraction": overall["compute_fraction"],
+        "speedup": overall["speedup"],
+        "kept": overall["kept"],
+        "baseline_right": overall["baseline_right"],
+        "kept_share": overall["kept_share"],
+        "worst_length": worst_length[0],
+        "worst_length_share": worst_length[1]["kept_share"],
+        "worst_length_bar": worst_length[2],
+        "worst_family": worst_family[0] if worst_family else None,
+        "worst_family_share": worst_family[1]["kept_share"] if worst_family else None,
+        "worst_family_bar": worst_family[2] if worst_family else None,
+        "worst_open_family": worst_open[0] if worst_open else None,
+        "worst_open_gap": worst_open[1][0] if worst_open else None,
+        "worst_open_interval": worst_open[1][1] if worst_open else None,
+        "cases": len(ran),
+        "meets_default": covers and open_ok and all(margin(c) >= -1e-9 for c in lengths + families),
+        "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
+    }
+
+
+def _fastest(frontier: list[dict], key: str) -> str | None:
+    """The candidate with the least work among those meeting `key`'s bar (at equal prefill
+    work sparse decode is faster, since it revives nothing)."""
+    passing = [row for row in frontier if _is_candidate(row["mode"]) and row[key]]
+    best = min(
+        passing,
+        key=lambda row: (row["compute_fraction"], not row["mode"].endswith(SPARSE)),
+        default=None,
+    )
+    return None if best is None else best["mode"]
+
+
 def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
     """The frontier of a calibration run, its default and its fast trade."""
-    rows = summarize(records)
-
-    def cases(mode: str) -> set[CaseId]:
-        return {case_id(r) for r in records if r.mode == mode}
-
-    def is_candidate(mode: str) -> bool:  # the bar applies to multi-turn runs after completion
-        return mode not in (BASELINE, REFERENCE) and not mode.endswith(NO_IDLE)
-
-    every_case = counting(records)
-    frontier = []
-    for mode in dict.fromkeys(r.mode for r in records):
-        # a candidate run on only some of the cases that count (dropped by the search, added
-        # later with --candidates) is shown but not chosen: its share would be over easier
-        # ground than the others'
-        ran = cases(mode)
-        covers = not is_candidate(mode) or ran >= every_case
-        pooled = [r for r in rows if r["mode"] == mode and r["family"] == ALL]
-        overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
-        lengths, families = default_checks(rows, mode, bar)
-        worst_length, worst_family = (
-            min(lengths, key=margin),
-            min(families, key=margin, default=None),
-        )
-        gaps = open_gaps(records, mode) if mode != REFERENCE else {}
-        worst_open = min(gaps.items(), key=lambda item: item[1][0], default=None)
-        open_ok = all(gap >= -OPEN_MARGIN - 1e-9 for gap, _ in gaps.values())
-        frontier.append(
-            {
-                "mode": mode,
-                "compute_fraction": overall["compute_fraction"],
-                "speedup": overall["speedup"],
-                "kept": overall["kept"],
-                "baseline_right": overall["baseline_right"],
-                "kept_share": overall["kept_share"],
-                "worst_length": worst_length[0],
-                "worst_length_share": worst_length[1]["kept_share"],
-                "worst_length_bar": worst_length[2],
-                "worst_family": worst_family[0] if worst_family else None,
-                "worst_family_share": worst_family[1]["kept_share"] if worst_family else None,
-                "worst_family_bar": worst_family[2] if worst_family else None,
-                "worst_open_family": worst_open[0] if worst_open else None,
-                "worst_open_gap": worst_open[1][0] if worst_open else None,
-                "worst_open_interval": worst_open[1][1] if worst_open else None,
-                "cases": len(ran),
-                "meets_default": covers
-                and open_ok
-                and all(margin(c) >= -1e-9 for c in lengths + families),
-                "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
-            }
-        )
-    candidates = [row for row in frontier if is_candidate(row["mode"])]
-
-    def fastest(key: str) -> str | None:
-        # equal prefill work: sparse decode is faster, since it revives nothing
-        passing = [row for row in candidates if row[key]]
-        best = min(
-            passing,
-            key=lambda row: (row["compute_fraction"], not row["mode"].endswith(SPARSE)),
-            default=None,
-        )
-        return None if best is None else best["mode"]
-
-    return Calibration(frontier, fastest("meets_default"), fastest("meets_fast"), records)
+    rows, every_case = summarize(records), counting(records)
+    modes = dict.fromkeys(r.mode for r in records)
+    frontier = [_frontier_row(records, rows, mode, bar, every_case) for mode in modes]
+    return Calibration(
+        frontier, _fastest(frontier, "meets_default"), _fastest(frontier, "meets_fast"), records
+    )

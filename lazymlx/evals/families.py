@@ -329,22 +329,12 @@ def json_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
         ] + ["]}"]
     )  # fmt: skip
     asked = rng.randrange(len(names))
-    depth = DEPTHS[seed % len(DEPTHS)]
-    units, source = _prose(seed, split, rng)
-    return _Draft(
-        units=units,
-        inserts=[(depth, f"\n\n{block}\n\n")],
-        frame=_raw(
-            "The text below holds a service list in JSON.\n\n",
-            f'\n\nQuestion: what is the port of the "{names[asked]}" service in the JSON above?\n'
-            f'Answer: {{"name": "{names[asked]}", "port":',
-        ),
-        gold=ports[asked],
-        max_tokens=8,
-        depth=depth,
-        source=source,
-        values=ports,
+    frame = _raw(
+        "The text below holds a service list in JSON.\n\n",
+        f'\n\nQuestion: what is the port of the "{names[asked]}" service in the JSON above?\n'
+        f'Answer: {{"name": "{names[asked]}", "port":',
     )
+    return _lookup(rng, seed, split, block, frame, ports, asked, max_tokens=8)
 
 
 def table_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
@@ -354,21 +344,37 @@ def table_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
     rows = [f"| {p} | {rng.choice(TEAMS)} | {e} |" for p, e in zip(people, extensions, strict=True)]
     block = "\n".join(["| name | team | extension |", "|---|---|---|", *rows])
     asked = rng.randrange(len(people))
+    frame = _raw(
+        "The text below holds a phone list as a table.\n\n",
+        f"\n\nQuestion: what is {people[asked]}'s extension in the table above?\n"
+        f"Answer: | {people[asked]} |",
+    )
+    return _lookup(rng, seed, split, block, frame, extensions, asked, max_tokens=12)
+
+
+def _lookup(
+    rng: random.Random,
+    seed: int,
+    split: str,
+    block: str,
+    frame: Callable[[str], tuple[str, ...]],
+    values: list[str],
+    asked: int,
+    max_tokens: int,
+) -> _Draft:
+    """A lookup case: `block` (records holding `values`) set in prose at the seed's depth, the
+    frame asking for values[asked]."""
     depth = DEPTHS[seed % len(DEPTHS)]
     units, source = _prose(seed, split, rng)
     return _Draft(
         units=units,
         inserts=[(depth, f"\n\n{block}\n\n")],
-        frame=_raw(
-            "The text below holds a phone list as a table.\n\n",
-            f"\n\nQuestion: what is {people[asked]}'s extension in the table above?\n"
-            f"Answer: | {people[asked]} |",
-        ),
-        gold=extensions[asked],
-        max_tokens=12,
+        frame=frame,
+        gold=values[asked],
+        max_tokens=max_tokens,
         depth=depth,
         source=source,
-        values=extensions,
+        values=values,
     )
 
 

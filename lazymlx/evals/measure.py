@@ -38,6 +38,22 @@ BASELINE_STRATEGY = Strategy(BASELINE, None)
 
 
 @dataclass
+class Outcome:
+    """What the scored step of a case produced and cost."""
+
+    text: str
+    tokens: list[int]
+    prompt_tokens: int  # the context at the scored step: every token before its answer
+    ttft_s: float  # the scored step's time to first token
+    compute_fraction: float  # the whole case's (token, layer) work ÷ stock's (1 for stock)
+    step_fraction: float  # the scored prompt step's work ÷ stock's for that step
+    generation_tps: float = 0.0
+    peak_memory_gb: float = 0.0
+    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
+    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
+
+
+@dataclass
 class Run:
     """What one generation measured; `compute_fraction` is the engine's count (1 for stock)."""
 

@@ -1,7 +1,7 @@
 """Runs cases the way users' text reaches the model, and compares each strategy with the baseline.
 
 Every kind of case goes through the public path a user takes: `stream_generate` for a raw
-prompt; a `Context` reused across two prompts for a follow-up (as `generate` continues a
+prompt; a `Context` run over two turns for a follow-up (lazymlx/turn.py, as `generate` continues a
 conversation); a context file saved, loaded and continued (`--prompt-cache-file`); `LLM`'s prefix
 reuse (the server's path); `ChatSession` for chats. The baseline (stock mlx-lm with its KV cache)
 runs the same path with lazy=None, and its outcome is cached on disk (baselines.py), so a preset
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.utils import common_prefix_len
 
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.engine.complete import complete
@@ -31,29 +32,14 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
-from lazymlx.evals.measure import BASELINE, Strategy
+from lazymlx.evals.measure import BASELINE, Outcome, Strategy
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.scoring import common_prefix, loops
+from lazymlx.evals.scoring import loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
+from lazymlx.turn import run_turn
 
 if TYPE_CHECKING:
     from lazymlx.session import ChatSession
-
-
-@dataclass
-class Outcome:
-    """What the scored step of a case produced and cost."""
-
-    text: str
-    tokens: list[int]
-    prompt_tokens: int  # the context at the scored step: every token before its answer
-    ttft_s: float  # the scored step's time to first token
-    compute_fraction: float  # the whole case's (token, layer) work ÷ stock's (1 for stock)
-    step_fraction: float  # the scored prompt step's work ÷ stock's for that step
-    generation_tps: float = 0.0
-    peak_memory_gb: float = 0.0
-    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
-    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
 
 
 MULTI_TURN = ("followup", "kept-file", "kept-llm", "chat")
@@ -92,69 +78,92 @@ def _timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _continued(context: Context, tokens: list[int], model: nn.Module) -> list[int]:
-    """The tokens a prompt still needs after reusing the context's longest shared prefix."""
-    return tokens[context.reuse(tokens, model) :]
-
-
 def run_case(
     model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
 ) -> Outcome:
     """One case through the path its kind stands for; greedy; the scored step's outcome. A
     preset that completes (`completes`) completes the context before the scored step, as idle
     time between turns would, timed apart; one with complete="off" goes straight on."""
-    first = encode_prompt(tokenizer, case.segments[0]).tolist()
-    later = [tokenizer.encode(s, add_special_tokens=False) for s in case.segments[1:]]
-    options = {"lazy": lazy}
-    idle = completes(lazy)
     if case.kind == "raw":
-        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, **options))
+        first = encode_prompt(tokenizer, case.segments[0]).tolist()
+        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy))
     if case.kind == "chat":
-        from lazymlx.session import ChatSession
-
-        session = ChatSession(model, tokenizer, lazy=lazy)
-        last, first_ttft = len(case.segments) - 1, 0.0
-        for turn in range(last):
-            for response in send_turn(session, case, turn):
-                first_ttft = first_ttft or response.ttft_s
-        spent = _timed(session.complete) if idle else 0.0
-        return _collect(send_turn(session, case, last), first_ttft, spent)
+        return _run_chat(model, tokenizer, case, lazy)
     if case.kind == "kept-llm":
-        from lazymlx.llm import LLM
+        return _run_kept_llm(model, tokenizer, case, lazy)
+    return _run_followup(model, tokenizer, case, lazy)
 
-        llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
-        try:
-            document = llm.submit(first, max_tokens=1)
-            document.result()
-            spent = _timed(llm.complete) if idle else 0.0
-            stream = llm.submit(first + later[0], max_tokens=case.max_tokens)
-            return _collect(stream, document.last.ttft_s, spent)
-        finally:
-            llm.close()
+
+def _two_prompts(tokenizer: TokenizerWrapper, case: Case) -> tuple[list[int], list[int]]:
+    """A two-prompt case's tokens: the first prompt's (a document), and what the second adds."""
+    first = encode_prompt(tokenizer, case.segments[0]).tolist()
+    return first, tokenizer.encode(case.segments[1], add_special_tokens=False)
+
+
+def _run_chat(
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
+) -> Outcome:
+    """A chat case through `ChatSession`: its messages in turn, the last one scored."""
+    from lazymlx.session import ChatSession
+
+    session = ChatSession(model, tokenizer, lazy=lazy)
+    last, first_ttft = len(case.segments) - 1, 0.0
+    for turn in range(last):
+        for response in send_turn(session, case, turn):
+            first_ttft = first_ttft or response.ttft_s
+    spent = _timed(session.complete) if completes(lazy) else 0.0
+    return _collect(send_turn(session, case, last), first_ttft, spent)
+
+
+def _run_kept_llm(
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
+) -> Outcome:
+    """A document kept by `LLM` (the server's path): one token answered over it, then the
+    question that goes on from it, over the kept context."""
+    from lazymlx.llm import LLM
+
+    first, then = _two_prompts(tokenizer, case)
+    llm = LLM(lambda: (model, tokenizer), lazy=lazy, idle=False)  # completion timed here
+    try:
+        document = llm.submit(first, max_tokens=1)
+        document.result()
+        spent = _timed(llm.complete) if completes(lazy) else 0.0
+        stream = llm.submit(first + then, max_tokens=case.max_tokens)
+        return _collect(stream, document.last.ttft_s, spent)
+    finally:
+        llm.close()
+
+
+def _run_followup(
+    model: nn.Module, tokenizer: TokenizerWrapper, case: Case, lazy: LazyConfig | None
+) -> Outcome:
+    """A follow-up over one context (as `generate` continues a conversation) or, for a
+    kept-file case, over a context file saved, loaded and continued (--prompt-cache-file)."""
+    first, then = _two_prompts(tokenizer, case)
     context = Context(new_cache(model, lazy))
     answer_tokens = FIRST_ANSWER if case.kind == "followup" else 1
     first_ttft = 0.0
-    for response in stream_generate(
-        model, tokenizer, _continued(context, first, model), answer_tokens,
-        prompt_cache=context.cache, **options,
-    ):  # fmt: skip
-        context.tokens.append(response.token)
+    for response in run_turn(model, tokenizer, context, first, max_tokens=answer_tokens, lazy=lazy):
         first_ttft = first_ttft or response.ttft_s
+    idle = completes(lazy)
     spent = _timed(lambda: complete(context.cache, lazy)) if idle else 0.0
     if case.kind == "kept-file":
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "context.safetensors"
-            preset = "off" if lazy is None else "eval"
-            save_context(path, context, "eval-model", preset, complete=idle)
-            context, _ = load_context(path, model, "eval-model", lazy)
-    new = _continued(context, context.tokens + later[0], model)
-    return _collect(
-        stream_generate(
-            model, tokenizer, new, case.max_tokens, prompt_cache=context.cache, **options
-        ),
-        first_ttft,
-        spent,
+        context = _saved_and_loaded(context, model, lazy, whole=idle)
+    turn = run_turn(
+        model, tokenizer, context, context.tokens + then, max_tokens=case.max_tokens, lazy=lazy
     )
+    return _collect(turn, first_ttft, spent)
+
+
+def _saved_and_loaded(
+    context: Context, model: nn.Module, lazy: LazyConfig | None, whole: bool
+) -> Context:
+    """The context after a round trip through a context file (completed first if `whole`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "context.safetensors"
+        preset = "off" if lazy is None else "eval"
+        save_context(path, context, "eval-model", preset, complete=whole)
+        return load_context(path, model, "eval-model", lazy)[0]
 
 
 def send_turn(session: ChatSession, case: Case, turn: int) -> Iterator[Response]:
@@ -215,7 +224,7 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         prompt_tokens=outcome.prompt_tokens,
         correct=case.correct(outcome.text, baseline.text),
         baseline_correct=case.correct(baseline.text, baseline.text),
-        agreed_tokens=common_prefix(outcome.tokens, baseline.tokens),
+        agreed_tokens=common_prefix_len(outcome.tokens, baseline.tokens),
         identical=outcome.tokens == baseline.tokens,
         ttft_s=outcome.ttft_s,
         baseline_ttft_s=baseline.ttft_s if fresh else None,

@@ -7,17 +7,13 @@ import math
 import random
 import re
 
+from mlx_lm.utils import common_prefix_len
+
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
 
 
-def common_prefix(tokens: list[int], baseline: list[int]) -> int:
-    """How many first tokens equal the baseline's."""
-    count = 0
-    for mine, theirs in zip(tokens, baseline, strict=False):
-        if mine != theirs:
-            break
-        count += 1
-    return count
+# how many first tokens equal the baseline's: mlx-lm's, under the name the eval's studies use
+common_prefix = common_prefix_len
 
 
 def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:

@@ -1,0 +1,157 @@
+"""The package's shape: its imports run one way (no cycle) and no function is over 60 lines.
+
+Both read the source as text (ast), so they run in a second and need no model. The installed
+package is lazymlx/ with models/ and cli/ installed inside it (pyproject.toml's package-dir), so
+all three are walked, under the names they are imported by.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {"lazymlx": "lazymlx", "lazymlx.models": "models", "lazymlx.cli": "cli"}
+MAX_FUNCTION_LINES = 60
+# Issue 57: the engine's own cycle, cache.py importing complete.py (a `complete` property and
+# completion inside `save`) while complete.py imports cache.py. The engine's import-order fix
+# removes it; the test then fails until this exception is deleted.
+KNOWN_CYCLES = {("lazymlx.engine.cache", "lazymlx.engine.complete")}
+# Issue 57: the engine and the context-parallel mode are being changed by other work; their
+# functions are held to MAX_FUNCTION_LINES once that lands (none is over it today).
+LENGTH_EXEMPT = ("lazymlx/engine/", "lazymlx/context_parallel.py")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the installed package, by its import name."""
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _imported(tree: ast.Module, name: str, is_package: bool) -> Iterator[tuple[str, str]]:
+    """(module, name) pairs a module imports anywhere (a function's lazy imports too, since
+    they run as soon as the function does), but not those only for type checkers."""
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, "") for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package up
+                package = name if is_package else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            yield from ((base, alias.name) for alias in node.names)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module's imports of other modules of the package (`from a import b` imports the
+    module a.b where there is one, else a)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        targets = set()
+        for base, member in _imported(tree, name, path.name == "__init__.py"):
+            target = f"{base}.{member}" if f"{base}.{member}" in modules else base
+            if target in modules and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    graph = _import_graph()
+    for importer, imported in KNOWN_CYCLES:
+        graph[importer].discard(imported)
+    assert _cycles(graph) == [], "modules that import each other (directly or round a loop)"
+
+
+def test_each_known_cycle_is_still_there():
+    """An exception in KNOWN_CYCLES outlives its cycle only until this test sees it gone."""
+    graph = _import_graph()
+    for importer, imported in KNOWN_CYCLES:
+        assert any(
+            importer in component and imported in component for component in _cycles(graph)
+        ), f"{importer} -> {imported} is no longer a cycle: delete it from KNOWN_CYCLES"
+
+
+def test_the_cycle_finder_finds_a_loop_and_passes_a_chain():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _long_functions() -> Iterator[str]:
+    """Every function (methods and nested ones too) over MAX_FUNCTION_LINES, from its `def` to
+    its last line, docstring included; outside LENGTH_EXEMPT."""
+    for path in _modules().values():
+        where = path.relative_to(REPO).as_posix()
+        if where.startswith(LENGTH_EXEMPT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    yield f"{where}:{node.lineno} {node.name} ({lines} lines)"
+
+
+def test_no_function_is_over_60_lines():
+    assert list(_long_functions()) == []
