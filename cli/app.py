@@ -193,9 +193,6 @@ def _calibration_note(preset: str, model: str) -> str | None:
     return None
 
 
-DEFAULT_CALIBRATION_LENGTHS = "1k,2k,4k,8k"  # `lazymlx calibrate`'s --lengths default
-
-
 def _first_use_note(
     preset: str, model: str, loaded, quiet: bool = False
 ) -> tuple[str | None, bool]:
@@ -233,12 +230,12 @@ def _calibration_minutes(loaded, default: LazyConfig, layers: int, ranking) -> f
     from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS, suite_counts
     from lazymlx.evals.measure import run_once
     from lazymlx.evals.search import Speed, by_work, calibration_minutes
-    from lazymlx.lengths import parse_lengths
+    from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths
 
     model, tokenizer = loaded
     configs = {name: candidate_config(default, name) for name in SCHEDULES}
     shares = {name: lambda n, c=c: c.work_share(n, layers, ranking) for name, c in configs.items()}
-    lengths = parse_lengths(DEFAULT_CALIBRATION_LENGTHS)
+    lengths = parse_lengths(CALIBRATION_LENGTHS)
     cheapest = [shares[name] for name in by_work(shares, lengths)]
     families = [f for f in FAMILIES if tokenizer.chat_template or f not in CHAT_FAMILIES]
     run = run_once(model, tokenizer, [3 + i % 200 for i in range(256)], 4, None)

@@ -22,7 +22,7 @@ from lazymlx.cli.report import (
     yes_no,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.lengths import parse_lengths
+from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths
 from lazymlx.models.registry import DEFAULT_MODEL
 
 Model = Annotated[
@@ -716,7 +716,7 @@ def calibrate(
     per_family: PerFamily = 0.90,
     fast: FastBar = 0.90,
     name: PresetName = "calibrated",
-    lengths: CalibrationLengths = "1k,2k,4k,8k",
+    lengths: CalibrationLengths = CALIBRATION_LENGTHS,
     families: CalibrationFamilies = "all",
     cases: CalibrationCases = None,
     candidates: Candidates = None,
@@ -735,16 +735,16 @@ def calibrate(
 
     It runs the cheapest work first and stops when the answer is known: stock mlx-lm (a
     registry model's answers are cached) and the 8-bit reference (--no-reference skips it) once
-    on every calibration case (by default 3 per family at 1k and 2k, 1 at 4k and 8k), then the
-    candidate schedules one at a time, least work first, each dropped as soon as its losses can
+    on every calibration case (by default 2 per family at 512, 3 at 1k and 2k, 1 at 4k and 8k),
+    then the candidate schedules (each bare and with a floor of 1,024 kept tokens) one at a time, least work first, each dropped as soon as its losses can
     no longer meet the bar; the first to meet it on every case ends the search. That is stock
     and the reference on every case plus about three candidate passes (Qwen2.5-Coder's
     calibration: 32% of the prompt steps of every candidate on every case). On 2 CPU cores
     stock Qwen2.5-Coder-0.5B takes about 23 s per 1k prompt tokens, so its default cases
-    (1k-8k) take 8 to 10 hours there: --minutes N sizes the cases to fit N minutes at the pace
+    (512-8k) take 8 to 10 hours there: --minutes N sizes the cases to fit N minutes at the pace
     timed on the first case (cached answers cost nothing) and stops there, saying what the
-    choice rests on and which cases did not fit (--minutes 10 there: 4 minutes, 11 cases at
-    1k). Ctrl-C stops it, keeping every finished run; --journal F with --resume goes on (without
+    choice rests on and which cases did not fit (--minutes 10 with the lengths 1k-8k: 4
+    minutes, 11 cases at 1k). Ctrl-C stops it, keeping every finished run; --journal F with --resume goes on (without
     --minutes, adding the cases a budget left out).
     """
     from lazymlx.evals.calibrate import Bar, choose

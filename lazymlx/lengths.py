@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from lazymlx.errors import LazymlxError
 
+# `lazymlx calibrate`'s lengths: from just above min_prompt, where a floor decides, to 8k.
+CALIBRATION_LENGTHS = "512,1k,2k,4k,8k"
+
 
 def parse_length(text: str) -> int:
     """'512' → 512, '2k' → 2048, '8K' → 8192; k means 1024 tokens, as in '8k context'."""

@@ -77,8 +77,8 @@ def test_generate_json(tiny_model_dir: Path):
 
 def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
     fractions = {}
-    # 40 and 150 repeats: under and over the default's 256-token min_prompt
-    for preset, repeats in (("default", 150), ("off", 150), ("default", 40)):
+    # 40 and 350 repeats: under the default's 256-token min_prompt, over its 1,024-token floor
+    for preset, repeats in (("default", 350), ("off", 350), ("default", 40)):
         result = runner.invoke(
             app,
             ["generate", "-m", str(tiny_model_dir), "-p", "the cat " * repeats, "--raw", "-n", "3"]

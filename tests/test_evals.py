@@ -330,7 +330,7 @@ def test_a_candidate_missing_cases_is_shown_but_not_chosen():
 
 
 def test_candidates_run_once_each_and_only_those_named():
-    built_in = PRESETS["default"]  # 0.2@67%, reviving while decoding: run under that name
+    built_in = PRESETS["default"]  # 0.2@67% min1024, reviving while decoding: its name
     assert [s.mode for s in candidate_strategies(built_in)] == list(SCHEDULES)  # no twin
     other = replace(built_in, schedule=((0.3, 0.5),))
     assert [s.mode for s in candidate_strategies(other)] == ["default", *SCHEDULES]
@@ -339,9 +339,10 @@ def test_candidates_run_once_each_and_only_those_named():
     assert [s.mode for s in chosen] == ["0.2@67%", "0.2@50%"]
     # any schedule written like the listed ones runs when named, sparse or not
     harder, sparse = candidate_strategies(built_in, ["0.3@24% 0.15@57%", "0.9@10% sparse"])
-    assert harder.config == replace(built_in, schedule=((0.24, 0.3), (0.57, 0.15)))
-    assert sparse.config == replace(built_in, schedule=((0.1, 0.9),), decode="sparse")
-    assert candidate_strategies(built_in, ["0.2@67%"])[0].config == built_in  # listed: the same
+    bare = replace(built_in, min_keep=0)  # a name without "minN" has no floor
+    assert harder.config == replace(bare, schedule=((0.24, 0.3), (0.57, 0.15)))
+    assert sparse.config == replace(bare, schedule=((0.1, 0.9),), decode="sparse")
+    assert candidate_strategies(built_in, ["0.2@67% min1024"])[0].config == built_in  # listed
     with pytest.raises(LazymlxError, match="no calibration candidate 'fastest'; candidates"):
         candidate_strategies(built_in, ["fastest"])
     with pytest.raises(LazymlxError, match="keep ratio must be in"):
@@ -351,7 +352,7 @@ def test_candidates_run_once_each_and_only_those_named():
 def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
     """Decode revival costs decode time and no prefill work, so at equal prefill work a schedule
     that decodes without it is the faster one, and it is chosen when it keeps the answers."""
-    calibrated = replace(PRESETS["default"], schedule=((0.24, 0.4), (0.57, 0.4)))
+    calibrated = replace(PRESETS["default"], schedule=((0.24, 0.4), (0.57, 0.4)), min_keep=0)
     (sparse,) = candidate_strategies(calibrated, ["0.4@24% 0.4@57% sparse"])
     assert sparse.config == replace(calibrated, decode="sparse")
     # a name means one decode policy whatever the model's default decodes

@@ -41,4 +41,4 @@ def test_calibration_minutes_counts_stock_the_reference_and_three_passes():
     minutes = calibration_minutes(speed, {1000: 2}, ["a"], [half] * 5, lambda f: 10)
     # per case: stock and reference 2 x (10 + 1) s, three passes 3 x (5 + 1) s
     assert minutes == (2 * (2 * 11 + 3 * 6)) / 60
-    assert PRESETS["default"].work_share(2048, 30) < 0.8
+    assert PRESETS["default"].work_share(4096, 30) < 0.8

@@ -49,7 +49,7 @@ def test_the_presets_prune_quantized_weights_each_pair_once(bits: int, family: s
     config = PRESETS[preset]
     state = LazyState(model)
     state.record = []
-    prompt = random_tokens(300)  # past min_prompt (256), so the presets prune
+    prompt = random_tokens(1100)  # past the default's floor (1,024 tokens), so both prune
     engine_greedy(model, prompt, 12, config, state)
     assert_each_pair_once_and_depths_agree(state)
     prompt_step = sum(len(positions) for _, positions in state.record[:8])

@@ -196,8 +196,10 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
     # Chosen on SmolLM2's calibration split, reported on its validation split
-    # (benchmarks/studies/STUDIES.md, round 3); `lazymlx calibrate` makes the choice for
-    # another model, and each registry model ships its own (lazymlx/engine/calibrated/).
+    # (benchmarks/studies/STUDIES.md, round 3), its floor on the open-ended families, where
+    # SmolLM2 and Qwen2.5-Coder both needed 1,024 tokens past each prune up to 1k
+    # (benchmarks/README.md); `lazymlx calibrate` makes the choice for another model, and each
+    # registry model ships its own (lazymlx/engine/calibrated/).
     "default": LazyConfig(
         schedule=((0.67, 0.2),),
         keep_first=4,
@@ -206,11 +208,14 @@ PRESETS: dict[str, LazyConfig] = {
         pool=12,
         decode="revive",
         min_prompt=256,
+        min_keep=1024,
     ),
 }
-# The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, fewer
-# answers kept; decode sparse, as it was chosen and validated.
-PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse")
+# The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, no floor,
+# fewer answers kept; decode sparse, as it was chosen and validated.
+PRESETS["fast"] = replace(
+    PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse", min_keep=0
+)
 
 
 def preset_name(config: LazyConfig | None) -> str:

@@ -38,15 +38,21 @@ from lazymlx.evals.summary import ALL, summarize
 # means one thing whatever the model's default decodes: a schedule alone revives while
 # decoding; followed by " sparse" it does not, and decode costs about what stock's does. Sparse
 # candidates run only when named, once a schedule is chosen: whether decode revival earns its
-# cost is a question about that schedule, and each 4k case is minutes here.
-SCHEDULES = (
-    "0.2@67%",
-    "0.3@57%",
-    "0.6@24% 0.3@57%",
-    "0.5@24% 0.3@57%",
-    "0.4@24% 0.4@57%",
-    "0.6@24% 0.2@50%",
-    "0.2@50%",
+# cost is a question about that schedule, and each 4k case is minutes here. Each schedule comes
+# bare and with a floor of 1,024 tokens past each prune: on open-ended answers at 512 and 1k
+# tokens every bare schedule tried loops or drifts (benchmarks/README.md, "SmolLM2's floor").
+SCHEDULES = tuple(
+    schedule + floor
+    for schedule in (
+        "0.2@67%",
+        "0.3@57%",
+        "0.6@24% 0.3@57%",
+        "0.5@24% 0.3@57%",
+        "0.4@24% 0.4@57%",
+        "0.6@24% 0.2@50%",
+        "0.2@50%",
+    )
+    for floor in ("", " min1024")
 )
 SPARSE = " sparse"
 CANDIDATES = ("default", *(name + policy for name in SCHEDULES for policy in ("", SPARSE)))
