@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -790,6 +791,21 @@ def _run(argv: list[str]) -> object:
         raise
     finally:
         context_parallel.stop()  # rank 0 of a context-parallel group: the others stop following
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    """Commands' help from their docstrings with each paragraph on one line: typer keeps the
+    docstring's line breaks, which rich then wraps again at the terminal's width, leaving every
+    other line a word long on an 80-column terminal."""
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            paragraphs = inspect.cleandoc(info.callback.__doc__).split("\n\n")
+            info.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for group in typer_app.registered_groups:
+        _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main(argv: list[str] | None = None) -> None:
