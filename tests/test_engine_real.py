@@ -47,7 +47,7 @@ def test_keep_all_chat_reproduces_the_stock_chat(real):
 
 def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
     model, tokenizer = real
-    prompt = passkey_prompt(tokenizer, 512, depth=0.5)
+    prompt = passkey_prompt(tokenizer, 3072, depth=0.5)  # past the default's 1,024-token floor
     baseline = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
     responses = list(
         lazymlx.stream_generate(
@@ -57,7 +57,7 @@ def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
     assert prompt.correct(baseline)
     assert "".join(r.text for r in responses) == baseline
     stats = responses[-1].lazy
-    assert stats.work_share < 0.8  # the default runs 67% of the layers whole
+    assert stats.work_share < 0.85  # 67% of the layers whole, then ~1,100 of ~2,950 tokens
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
 
 
