@@ -13,8 +13,7 @@ which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/pref
 Ranker and `_rank_own`) and sends the keep decision back along the ring (one byte per carried
 token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
 once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
-slots of the tokens they pruned (and exact completion's bases), so rank 0's LazyState is the one
-one process builds: same rows per layer, depths and Aux slots (KV within fp32 rounding, equal
+slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows per layer, depths and Aux slots (KV within fp32 rounding, equal
 where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
 run on rank 0 alone, through the ordinary engine.
 
@@ -142,29 +141,28 @@ def check_model(state: LazyState) -> None:
 @dataclass
 class Plan:
     """One chain step as every rank runs it: the prompt, the slices (bounds[p]..bounds[p+1] for
-    chain position p), the chunk, the scoring window, the layers whose keep decision rank 0
-    sends back, and the layer whose outputs exact completion keeps (-1: none)."""
+    chain position p), the chunk, the scoring window, and the layers whose keep decision rank 0
+    sends back."""
 
     tokens: np.ndarray
     bounds: list[int]
     chunk: int
     window: int
     decisions: list[int]
-    base_layer: int
 
     def encode(self) -> mx.array:
-        head = [self.chunk, self.window, self.base_layer, len(self.decisions), *self.decisions]
+        head = [self.chunk, self.window, len(self.decisions), *self.decisions]
         head += [len(self.bounds), *self.bounds]
         return mx.array(np.concatenate([np.array(head, np.int64), self.tokens]).astype(np.int32))
 
     @classmethod
     def decode(cls, array: mx.array) -> Plan:
         values = np.array(array).astype(np.int64)
-        chunk, window, base, count = (int(v) for v in values[:4])
-        decisions = values[4 : 4 + count].tolist()
-        at = 4 + count
+        chunk, window, count = (int(v) for v in values[:3])
+        decisions = values[3 : 3 + count].tolist()
+        at = 3 + count
         bounds = values[at + 1 : at + 1 + int(values[at])].tolist()
-        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions, base)
+        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions)
 
 
 def partition(tokens: int, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
@@ -249,7 +247,6 @@ def plan_for(
     if prune and config.prunes:
         token_cost, pair_cost = weighted_costs(config, state.num_layers, token_cost, pair_cost)
     keep = state.pruning_layers(config)
-    base = state.exact_base_layer(config, 0, prune and config.prunes)
     deepest = state.num_layers - 1
     return Plan(
         tokens=np.array(tokens).astype(np.int64),
@@ -257,7 +254,6 @@ def plan_for(
         chunk=chunk,
         window=config.window,
         decisions=sorted(layer for layer in keep if layer < deepest) if prune else [],
-        base_layer=-1 if base is None else base,
     )
 
 
@@ -364,7 +360,6 @@ class _Runner:
         h = state.adapter.embed(tokens[None, self.begin : self.end])
         self.own = Carried(h, own, self.begin)  # this slice's tokens still going deeper
         self.slots: list[tuple[np.ndarray, mx.array]] = []  # own tokens pruned: Aux slots
-        self.bases: mx.array | None = None  # own tokens' outputs of the base layer
         self.cancelled: BaseException | None = None
         if self.leads:
             state.aux.extend(tokens, depth=state.num_layers)
@@ -419,10 +414,6 @@ class _Runner:
             if deciding and observed is not None:
                 chain.send(observed, layer, "queries")
             state[layer].keys = state[layer].values = None  # forwarded: no longer needed here
-        if layer == plan.base_layer:
-            self.bases = out[0]
-            if self.leads:
-                state.aux.keep_base(self.own.positions, out[0], layer)
         if self.leads:
             if state.record is not None:
                 state.record.append((layer, self.carried.tolist()))
@@ -490,16 +481,13 @@ class _Runner:
         return mx.array(mask)
 
     def gather(self) -> None:
-        """The Aux slots (and bases) of pruned tokens, slice by slice along the chain to rank 0,
-        in position order."""
-        state, chain, plan = self.state, self.chain, self.plan
+        """The Aux slots of pruned tokens, slice by slice along the chain to rank 0, in position
+        order."""
+        state, chain = self.state, self.chain
         gone = np.setdiff1d(np.arange(self.total), self.carried)
         hidden = state.adapter.hidden_size
         before = gone[gone < self.begin]
         slots = chain.receive((before.size, hidden), state.dtype)
-        bases = None
-        if plan.base_layer >= 0:
-            bases = chain.receive((self.begin, hidden), state.dtype)
         if self.slots:
             positions = np.concatenate([p for p, _ in self.slots])
             order = mx.array(np.argsort(positions).astype(np.int32))
@@ -507,15 +495,9 @@ class _Runner:
             slots = mx.concatenate([slots, mine]) if before.size else mine
         if not self.leads:
             chain.send(slots, -1, "slots")
-            if bases is not None:
-                chain.send(
-                    mx.concatenate([bases, self.bases]) if self.begin else self.bases, -1, "bases"
-                )
             return
         aux = state.aux
         if gone.size:
             aux.make_slots(hidden, state.dtype)
             aux.hidden[mx.array(gone.astype(np.int32))] = slots
-        if bases is not None and self.begin:
-            aux.keep_base(mx.arange(self.begin, dtype=mx.int32), bases, plan.base_layer)
-        mx.eval(aux.ids, aux.depth, *(a for a in (aux.hidden, aux.base) if a is not None))
+        mx.eval(aux.ids, aux.depth, *([] if aux.hidden is None else [aux.hidden]))

@@ -23,9 +23,8 @@ DECODE_MODES = ("sparse", "revive")
 SELECTIONS = ("attention", "static", "random")
 # What idle time does with a pruned context kept for later turns (lazymlx/engine/complete.py). "fill":
 # every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
-# pair computed once. "exact": every token is recomputed from the first pruning layer down, so
-# the context's KV is stock's. "off": nothing (batch use).
-COMPLETIONS = ("fill", "exact", "off")
+# pair computed once. "off": nothing (batch use).
+COMPLETIONS = ("fill", "off")
 
 
 @dataclass(frozen=True)

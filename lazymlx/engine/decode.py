@@ -102,7 +102,6 @@ class LazyModel(nn.Module):
         """
         state = self.context
         start = state.offset
-        base_layer = state.exact_base_layer(self.config, start, prunes=False)
         state.aux.extend(inputs[0], depth=state.num_layers)
         if state.record is not None:
             state.record += [
@@ -118,8 +117,6 @@ class LazyModel(nn.Module):
             mask = attention_mask(cache, positions, adapter.sliding_windows[layer])
             h, _ = block_forward(adapter, block, cache, h, positions, start, mask)
             cache.offset = state.offset
-            if layer == base_layer:  # exact completion restarts these tokens here
-                state.aux.keep_base(positions, h[0], layer)
         return adapter.logits(h[:, -1:])
 
     def reviving(self) -> bool:
@@ -157,7 +154,6 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
     adapter, aux, num_layers = state.adapter, state.aux, state.num_layers
     keep = state.pruning_layers(config)
     position = state.offset
-    base_layer = state.exact_base_layer(config, position, prunes=False)
     state.forget_out_of_windows(position, keep)
     counts = aux.counts(num_layers)  # tokens per depth, kept exact below without a device read
     aux.extend(inputs[0], depth=num_layers)
@@ -172,8 +168,6 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
         first = None if revived else position
         h, query = block_forward(adapter, block, cache, h, positions, first, mask, deepest)
         cache.offset = position + 1
-        if layer == base_layer:  # exact completion restarts the new token here
-            aux.keep_base(positions[-1:], h[0, -1:], layer)
         if state.record is not None:
             state.record.append((layer, positions.tolist()))
         if deepest or layer not in keep:

@@ -180,7 +180,6 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
     keep = state.pruning_layers(config)
-    first_prune = state.exact_base_layer(config, start, prune and config.prunes)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
     if start and config.prompt_revive and config.selection == "attention":
@@ -194,8 +193,6 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         carried.h, observed = _layer(step, layer, carried, forget=layer not in keep)
         cache.offset = end
         own_h, own_positions = carried.h[:, carried.revived :], carried.positions[carried.revived :]
-        if layer == first_prune:  # where exact completion recomputes these tokens from
-            aux.keep_base(own_positions, own_h[0], layer)
         if state.record is not None:
             state.record.append((layer, carried.positions.tolist()))
         if progress is not None:
