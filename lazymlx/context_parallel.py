@@ -44,6 +44,7 @@ from lazymlx.engine.prefill import (
     PREFILL_CHUNK,
     Carried,
     Progress,
+    PromptResult,
     Ranker,
     Step,
     _layer,
@@ -301,7 +302,7 @@ def lazy_prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
-) -> mx.array:
+) -> PromptResult:
     """Rank 0's prompt step: `prompt_step`'s result and context, the prompt run on the chain.
 
     A first prompt long enough runs on the chain; anything else (a later turn, a short prompt)
@@ -330,8 +331,7 @@ def lazy_prompt_step(
     if runner.cancelled is not None:
         _roll_back(runner.step, 0)
         raise runner.cancelled
-    state.revived = 0
-    return logits
+    return PromptResult(logits, revived=0)  # a first prompt: nothing earlier to revive
 
 
 class _Runner:
@@ -401,7 +401,7 @@ class _Runner:
         else:
             out, observed = self.own.h, None
         chain.times.append((layer, time.perf_counter() - started))
-        cache.offset = self.total
+        cache.ends_at(self.total)
         if observed is not None and seen is not None:
             observed = mx.concatenate([seen, observed], axis=2)[:, :, -plan.window :]
         elif observed is None:
@@ -469,13 +469,13 @@ class _Runner:
         cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
         scores = None
 
-        def rows() -> mx.array:
+        def row_scores() -> mx.array:
             nonlocal scores
             if scores is None:
-                scores = step.ranker.rows(observed, cache, scale)
+                scores = step.ranker.row_scores(observed, cache, scale)
             return scores
 
-        kept, _ = _rank_own(step.ranker, layer, rows, count, sinks, k)
+        kept, _ = _rank_own(step.ranker, layer, row_scores, count, sinks, k)
         mask[:] = 0
         mask[np.array(kept)] = 1
         return mx.array(mask)

@@ -9,8 +9,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from conftest import engine_greedy, random_model, random_tokens
+from mlx_lm.models.cache import load_prompt_cache
 
 from lazymlx import LazyState
+from lazymlx.contexts import Context, load_context, save_context
 from lazymlx.engine import complete
 from lazymlx.engine.config import LazyConfig
 
@@ -32,7 +34,7 @@ def test_fill_computes_each_missing_pair_once(family):
     state.record = []
     engine_greedy(model, random_tokens(200), 16, FILL, state)
     assert complete.pending(state, FILL)
-    units = complete.complete(state, FILL, chunk=64)
+    units = complete.complete_all(state, FILL, chunk=64)
     assert units > 1 and not complete.pending(state, FILL)
     assert np.array_equal(pair_counts(state), np.ones((state.offset, 8), np.int32))
     assert all(cache.rows == state.offset for cache in state.layers)  # KV everywhere
@@ -66,7 +68,7 @@ def test_finishing_a_completion_returns_mlx_cached_buffers():
     engine_greedy(model, random_tokens(200), 4, FILL, state)
     complete.step(state, FILL, chunk=32)
     assert complete.pending(state, FILL) and mx.get_cache_memory() > 0
-    complete.complete(state, FILL, chunk=32)
+    complete.complete_all(state, FILL, chunk=32)
     assert mx.get_cache_memory() == 0
 
 
@@ -80,7 +82,7 @@ def test_a_step_between_units_sees_a_consistent_context():
     complete.step(state, FILL, chunk=32)
     complete.step(state, FILL, chunk=32)
     engine_greedy(model, random_tokens(40, seed=2), 4, FILL, state)
-    complete.complete(state, FILL, chunk=32)
+    complete.complete_all(state, FILL, chunk=32)
     assert all(cache.rows == state.offset for cache in state.layers)
     depth = np.array(state.aux.depths())
     assert (depth == 8).all()
@@ -120,16 +122,21 @@ def test_off_completes_nothing():
     off = replace(PRUNING, complete="off")
     state = LazyState(model)
     engine_greedy(model, random_tokens(200), 4, off, state)
-    assert not complete.pending(state, off) and complete.complete(state, off) == 0
+    assert not complete.pending(state, off) and complete.complete_all(state, off) == 0
 
 
-def test_saving_completes_the_context_first(tmp_path):
+def test_saving_completes_the_context_first_unless_told_not_to(tmp_path):
     model = random_model("llama", num_layers=8)
-    state = LazyState(model)
-    engine_greedy(model, random_tokens(150), 4, FILL, state)
-    assert not state.complete
-    path = tmp_path / "context.safetensors"
-    state.save(path)
-    loaded, metadata = LazyState.load(path, model, return_metadata=True)
-    assert metadata["complete"] == "true" and state.complete
-    assert all(cache.rows == loaded.offset for cache in loaded.layers)
+    for whole in (False, True):
+        state = LazyState(model)
+        engine_greedy(model, random_tokens(150), 4, FILL, state)
+        context = Context(state, state.tokens, config=FILL)
+        assert not context.complete
+        path = tmp_path / "context.safetensors"
+        save_context(path, context, "tiny", "custom", complete=whole)
+        loaded, _ = load_context(path, model, "tiny", FILL)
+        assert loaded.complete == context.complete == whole
+        assert (
+            load_prompt_cache(str(path), return_metadata=True)[1]["complete"] == str(whole).lower()
+        )
+        assert all(cache.rows == loaded.cache.offset for cache in loaded.cache.layers) == whole

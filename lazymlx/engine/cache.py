@@ -16,10 +16,8 @@ depths: each (token, layer) pair below a token's depth was computed exactly once
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Container
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -30,7 +28,6 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
 from lazymlx import collectives
-from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
@@ -138,6 +135,11 @@ class LazyKVCache(_BaseCache):
             return "causal" if N > 1 else None
         queries = mx.arange(self.offset, self.offset + N, dtype=mx.int32)
         return causal_mask(mx.concatenate([self.row_positions(), queries]), queries)
+
+    def ends_at(self, position: int) -> None:
+        """The context now ends before `position`: a step's tokens are in (those it pruned
+        before this layer have no rows here) or a rolled-back step's are gone."""
+        self.offset = position
 
     def size(self) -> int:
         return self.rows
@@ -248,11 +250,12 @@ class LazyAux(_BaseCache):
         return self.depth[: self.length]
 
     def counts(self, num_layers: int) -> np.ndarray:
-        """Tokens per depth 0..num_layers; read from the device once, then kept by the caller."""
+        """Tokens per depth 0..num_layers, a copy: read from the device once, then kept exact
+        on the host by `extend` and `move`."""
         if self.depth_counts is None:
             depths = np.array(self.depths()) if self.length else np.zeros(0, np.int32)
             self.depth_counts = np.bincount(depths, minlength=num_layers + 1)
-        return self.depth_counts
+        return self.depth_counts.copy()
 
     @property
     def state(self) -> tuple[mx.array, mx.array, mx.array, int]:
@@ -321,8 +324,6 @@ class LazyState(list):
             cache.window = window
         super().__init__(entries)
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
-        self.config: LazyConfig | None = None  # the config of its latest step (completion's)
-        self.revived = 0  # earlier tokens its latest prompt step brought back
         self.completion_chunk: int | None = None  # tokens of its next paced completion unit
 
     @property
@@ -415,62 +416,3 @@ class LazyState(list):
                 f"values, Aux slots and attention, more than this machine's "
                 f"{available / 1e9:.1f} GB allows; shorten the prompt"
             )
-
-    def metadata(self) -> dict[str, str]:
-        """What a context file says of itself, as the CLI writes it: the model (the name
-        lazymlx.load was given), lazymlx's version, the preset and the tokens."""
-        from lazymlx import __version__
-        from lazymlx.engine.config import preset_name
-
-        return {
-            "model": getattr(self.adapter.model, "lazymlx_name", "an unnamed model"),
-            "lazymlx": __version__,
-            "preset": preset_name(self.config),
-            "tokens": json.dumps(self.tokens),
-        }
-
-    @property
-    def complete(self) -> bool:
-        """Whether completing it (lazymlx/engine/complete.py) has nothing left to do."""
-        from lazymlx.engine.complete import pending
-
-        return self.config is None or not pending(self, self.config)
-
-    def save(
-        self, path: str | Path, metadata: dict[str, str] | None = None, complete: bool = True
-    ) -> None:
-        """Write the context in mlx-lm's prompt-cache format, atomically (a group's: every
-        rank's heads, written by rank 0); complete it first (its config's completion) unless
-        `complete` is False. The metadata says whether the file is complete."""
-        if complete and self.config is not None:
-            from lazymlx.engine.complete import complete as finish
-
-            finish(self, self.config)
-        metadata = self.metadata() | (metadata or {})
-        metadata["complete"] = "true" if self.complete else "false"
-        entries, metadata = collectives.whole_heads(list(self), metadata)
-        collectives.on_leader(save_prompt_cache_atomic, path, entries, metadata)
-
-    @classmethod
-    def load(
-        cls, path: str | Path, model: nn.Module, return_metadata: bool = False
-    ) -> LazyState | tuple[LazyState, dict[str, str]]:
-        """A context `save` wrote, for `model`; with return_metadata, (context, metadata), as
-        mlx-lm's load_prompt_cache. A group loads what a group of its size saved."""
-        entries, metadata = collectives.read_context(
-            lambda: mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True), Path(path)
-        )
-        state = cls(model, entries)
-        return (state, metadata) if return_metadata else state
-
-
-def save_prompt_cache_atomic(
-    path: str | Path, entries: list[Any], metadata: dict[str, str] | None = None
-) -> None:
-    """mlx-lm's save_prompt_cache, written beside `path` and renamed over it: an interrupted save
-    leaves the old file (or none), never half of one."""
-    write_atomic(
-        path,
-        lambda staged: mlx_lm_cache.save_prompt_cache(str(staged), entries, metadata),
-        suffix=".safetensors",
-    )

@@ -25,7 +25,7 @@ import numpy as np
 from lazymlx.engine.blocks import append_kv, attention_mask, block_forward
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.decode import interrupts_deferred
+from lazymlx.engine.interrupts import interrupts_deferred
 
 UNIT_SECONDS = 0.1  # a paced unit's length: what a request arriving during completion waits
 COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete())
@@ -74,7 +74,7 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
     return True
 
 
-def complete(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
+def complete_all(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
     """Complete the whole context now (before saving it, say); the units run."""
     units = 0
     while pending(state, config):
@@ -98,11 +98,12 @@ def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> int:
         append_kv(adapter, block, cache, h, positions, None)
     else:
         hidden = block_forward(adapter, block, cache, h, positions, None, mask)[0][0]
-    counts = aux.counts(state.num_layers)
-    aux.move(positions, layer + 1, layer, hidden)
+    aux.move(positions, layer + 1, layer, hidden)  # step() read the counts: they stay exact
     mx.eval(aux.hidden, aux.depth, cache.keys, cache.values, cache.positions)
     if state.record is not None:
         state.record.append((layer, picked.tolist()))
-    if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
+    if not aux.counts(state.num_layers)[
+        layer
+    ]:  # the layer is whole: a sliding window may drop what it no longer needs
         state.forget_out_of_windows(state.offset, state.pruning_layers(config))
     return picked.size

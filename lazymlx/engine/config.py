@@ -212,13 +212,6 @@ PRESETS: dict[str, LazyConfig] = {
 PRESETS["fast"] = replace(PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse")
 
 
-def preset_name(config: LazyConfig | None) -> str:
-    """The built-in preset a lazy context's config is, else "custom" (a context file's
-    metadata; a context that never ran a step has none)."""
-    named = (name for name, preset in PRESETS.items() if preset == config and name != "off")
-    return next(named, "custom")  # "off" names stock's files, never a lazy context
-
-
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     """The paper's comparison strategies at a schedule: ranked statically or at random, and, like
     one-shot pruning, never revived (decoding attends to the KV the prompt step left)."""
