@@ -13,8 +13,8 @@ which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/pref
 Ranker and `_rank_own`) and sends the keep decision back along the ring (one byte per carried
 token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
 once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
-slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows per layer, depths and Aux slots (KV within fp32 rounding, equal
-where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
+slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows
+per layer, depths and Aux slots (KV within fp32 rounding, equal where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
 run on rank 0 alone, through the ordinary engine.
 
 A receiver must know each message's shape in advance, and every rank does: the slices, the
@@ -189,10 +189,10 @@ def weighted_costs(
     """The per-token and per-pair costs averaged over the layers as the schedule thins them: a
     layer keeping a share r of the tokens costs r per token and r² per pair (queries and keys
     both thinned), so pruning makes the token term weigh more and the slices more even."""
-    keep, share, tokens, pairs = config.pruning_layers(layers), 1.0, 0.0, 0.0
+    ratios, share, tokens, pairs = config.pruning_layers(layers), 1.0, 0.0, 0.0
     for layer in range(layers):
         tokens, pairs = tokens + share, pairs + share * share
-        share *= keep.get(layer, 1.0)
+        share *= ratios.get(layer, 1.0)
     return token_cost * tokens / layers, pair_cost * pairs / layers
 
 
@@ -247,14 +247,14 @@ def plan_for(
     token_cost, pair_cost = _costs[key]
     if prune and config.prunes:
         token_cost, pair_cost = weighted_costs(config, state.num_layers, token_cost, pair_cost)
-    keep = state.pruning_layers(config)
+    ratios = state.pruning_layers(config)
     deepest = state.num_layers - 1
     return Plan(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
         chunk=chunk,
         window=config.window,
-        decisions=sorted(layer for layer in keep if layer < deepest) if prune else [],
+        decisions=sorted(layer for layer in ratios if layer < deepest) if prune else [],
     )
 
 
@@ -440,19 +440,19 @@ class _Runner:
         mask = self.rank(layer, observed) if self.leads else chain.receive((count,), mx.uint8)
         if chain.next != 0:
             chain.send(mask, layer, "decision")
-        keep = np.array(mask).astype(bool)
+        kept = np.array(mask).astype(bool)
         mine = (self.carried >= self.begin) & (self.carried < self.end)
-        own_keep = keep[mine]
-        if not own_keep.all():
-            dropped = np.flatnonzero(~own_keep)
+        own_kept = kept[mine]
+        if not own_kept.all():
+            dropped = np.flatnonzero(~own_kept)
             self.slots.append((self.carried[mine][dropped], out[0, mx.array(dropped)]))
             self.own.first = None
-        kept = mx.array(np.flatnonzero(own_keep).astype(np.int32))
-        self.own.h, self.own.positions = out[:, kept], self.own.positions[kept]
-        if self.leads and not keep.all():
-            gone = mx.array(self.carried[~keep].astype(np.int32))
+        going = mx.array(np.flatnonzero(own_kept).astype(np.int32))
+        self.own.h, self.own.positions = out[:, going], self.own.positions[going]
+        if self.leads and not kept.all():
+            gone = mx.array(self.carried[~kept].astype(np.int32))
             self.state.aux.move(gone, layer + 1, None)
-        self.carried = self.carried[keep]
+        self.carried = self.carried[kept]
         mx.eval(self.own.h, self.own.positions)
 
     def rank(self, layer: int, observed: mx.array) -> mx.array:

@@ -255,7 +255,7 @@ def load_context(
         raise LazymlxError(
             f"{path} lacks lazymlx's metadata ({', '.join(lacking)}): it was saved by mlx-lm's "
             "save_prompt_cache or by hand; save the context with lazymlx (--prompt-cache-file, "
-            "/save or LazyState.save) to continue it here"
+            "/save or lazymlx.contexts.save_context) to continue it here"
         )
     saved_model = metadata["model"]
     if saved_model != model_name:

@@ -106,17 +106,17 @@ class LazyKVCache(_BaseCache):
         self.forgotten = position
         if not self.rows:
             return
-        keep = np.flatnonzero(np.array(self.row_positions()) >= position)
-        if len(keep) < self.rows:
-            self.keep_rows(keep)
+        kept = np.flatnonzero(np.array(self.row_positions()) >= position)
+        if len(kept) < self.rows:
+            self.keep_rows(kept)
 
-    def keep_rows(self, keep: np.ndarray) -> None:
+    def keep_rows(self, indices: np.ndarray) -> None:
         """Keep only the rows at these indices (in this order)."""
-        index = mx.array(keep.astype(np.int32))
+        index = mx.array(indices.astype(np.int32))
         self.keys = self.keys[..., index, :]
         self.values = self.values[..., index, :]
         self.positions = self.positions[index]
-        self.rows = len(keep)
+        self.rows = len(indices)
 
     # mlx-lm's cache protocol: what the model's own forward pass and generate_step call
 
@@ -181,11 +181,11 @@ class LazyKVCache(_BaseCache):
         n = min(self.offset, n)
         self.offset -= n
         if self.rows:
-            keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
-            if not keep.size or keep[-1] == keep.size - 1:  # the last rows go: nothing moves
-                self.rows = keep.size
-            elif keep.size < self.rows:
-                self.keep_rows(keep)
+            kept = np.flatnonzero(np.array(self.row_positions()) < self.offset)
+            if not kept.size or kept[-1] == kept.size - 1:  # the last rows go: nothing moves
+                self.rows = kept.size
+            elif kept.size < self.rows:
+                self.keep_rows(kept)
         return n
 
 

@@ -120,12 +120,12 @@ class LazyConfig:
         cheapest candidates first and a user can be told what a preset saves."""
         if not self.prunes or tokens < self.min_prompt or tokens <= 0:
             return 1.0
-        keep, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
+        ratios, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
         least = min(tokens, min(self.keep_first, tokens) + 1)
         for layer in range(num_layers):
             pairs += present
-            if layer in keep:
-                present = max(self.kept_count(keep[layer], present), min(present, least))
+            if layer in ratios:
+                present = max(self.kept_count(ratios[layer], present), min(present, least))
         return pairs / (tokens * num_layers)
 
     def pruning_layers(

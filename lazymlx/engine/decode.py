@@ -75,11 +75,11 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
         if not revived:
             h, positions = h[:, -1:], positions[-1:]
             continue
-        rows = cache.row_positions()
+        row_positions = cache.row_positions()
         scores = attention_scores(query, cache.fetch()[0], block.self_attn.scale)
-        waiting = aux.depth[rows] == layer + 1  # stopped here: KV at this layer, none deeper
+        waiting = aux.depth[row_positions] == layer + 1  # stopped here: KV here, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
-        picked = rows[picks]
+        picked = row_positions[picks]
         aux.move(picked, num_layers, layer + 1)
         h = mx.concatenate([aux.hidden[picked][None], h[:, -1:]], axis=1)
         positions = mx.concatenate([picked, positions[-1:]])

@@ -46,19 +46,19 @@ class Ranker:
         self.config, self.start = config, start
         self.fixed: mx.array | None = None  # static: the first pruning layer's scores
 
-    def shape_rows(self, scores: mx.array, rows: mx.array) -> mx.array:
-        """Scores of a layer's rows (rows: their positions, in cache order) pooled in text
-        order, so a chosen token takes its neighbours along whichever step left them at the
-        layer; in cache order, fp32."""
-        order = mx.argsort(rows)
+    def shape_rows(self, scores: mx.array, row_positions: mx.array) -> mx.array:
+        """Scores of a layer's rows (at `row_positions`, in cache order) pooled in text order,
+        so a chosen token takes its neighbours along whichever step left them at the layer; in
+        cache order, fp32."""
+        order = mx.argsort(row_positions)
         shaped = mx.zeros(scores.shape, mx.float32)
         shaped[order] = _pooled(scores[order], self.config.pool).astype(mx.float32)
         return shaped
 
     def row_scores(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
-        rows, window = cache.row_positions(), observed.shape[2]
-        mask = None if window == 1 else causal_mask(rows, rows[-window:])
+        row_positions, window = cache.row_positions(), observed.shape[2]
+        mask = None if window == 1 else causal_mask(row_positions, row_positions[-window:])
         return attention_scores(observed, cache.fetch()[0], scale, mask)
 
     def own(self, layer: int, row_scores: Callable[[], mx.array], count: int) -> mx.array:
@@ -156,11 +156,11 @@ def _roll_back(step: Step, start: int) -> None:
     state = step.state
     for layer, cache in enumerate(state.layers):
         if cache.rows:
-            rows = np.array(cache.row_positions())
-            added = rows >= start
+            row_positions = np.array(cache.row_positions())
+            added = row_positions >= start
             for positions, depth, _ in step.revivals:
                 if layer >= depth:
-                    added |= np.isin(rows, np.array(positions))
+                    added |= np.isin(row_positions, np.array(positions))
             if added.any():
                 cache.keep_rows(np.flatnonzero(~added))
         cache.ends_at(start)
@@ -264,9 +264,9 @@ def _revive(
     h, positions, revived = carried.h, carried.positions, carried.revived
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
-    rows = cache.row_positions()
-    context_rows = rows[:split]
-    shaped = ranker.shape_rows(scores, rows)
+    row_positions = cache.row_positions()
+    context_rows = row_positions[:split]
+    shaped = ranker.shape_rows(scores, row_positions)
     context, back = shaped[:split], shaped[split : split + revived]
     count = step.config.kept_count(ratio, cache.rows)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
