@@ -10,9 +10,9 @@ length is paced to UNIT_SECONDS on the machine at hand: a layer chunk's cost gro
 context (its attention reads every earlier row) and differs a hundredfold between a laptop CPU and
 a GPU, so a fixed token count would be either slow to yield or needlessly fine.
 
-- fill: each pruned token resumes from its Aux slot at the layer where it stopped, layer by layer
-  from the shallowest, in position order within a layer, so a token attends to every earlier
-  token there; each (token, layer) pair is computed once, as LazyLLM promises.
+Completion fills: each pruned token resumes from its Aux slot at the layer where it stopped, layer
+by layer from the shallowest, in position order within a layer, so a token attends to every
+earlier token there; each (token, layer) pair is computed once, as LazyLLM promises.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.interrupts import interrupts_deferred
 
 UNIT_SECONDS = 0.1  # a paced unit's length: what a request arriving during completion waits
-COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete())
+COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete_all())
 FIRST_CHUNK, SMALLEST_CHUNK = 64, 8  # a paced unit's tokens before any is timed, and at least
 
 
