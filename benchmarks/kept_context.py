@@ -4,8 +4,7 @@ A document is computed on its own and kept (a context file, the server's kept co
 then asked a question. Stock mlx-lm asks it over its whole KV cache; a lazy preset asks it over
 the pruned context as the document's step left it ("no idle": the question's prompt step
 revives what it needs, on the critical path), or after idle time completed the context by
-`fill` (each missing (token, layer) pair once) or `exact` (recomputed from the first pruning
-layer, stock's KV). Per mode: the document's TTFT (the first turn, which completion never
+`fill` (each missing (token, layer) pair once). Per mode: the document's TTFT (the first turn, which completion never
 touches), the completion's time (idle seconds, and its longest unit: how long a request
 arriving meanwhile waits at most), the question's TTFT, decode tok/s and peak memory, and
 whether the answer equals stock's and is right. The cases are the eval's `kept` family
@@ -112,7 +111,7 @@ def run_mode(model, tokenizer, case, mode: str, config, repeats: int = 1) -> dic
 
 def modes(presets: list[str], model_name: str, policies: list[str]) -> list[tuple[str, object]]:
     runs: list[tuple[str, object]] = [("stock", None)]
-    labels = {"off": "no idle", "fill": "fill", "exact": "exact"}
+    labels = {"off": "no idle", "fill": "fill"}
     for name in presets:
         config = resolve_preset(name, model_name)
         runs += [(f"{name} {labels[p]}", replace(config, complete=p)) for p in policies]
@@ -125,7 +124,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--lazy", default="default,fast", help="presets, comma-separated")
     parser.add_argument("--cases", type=int, default=2, help="kept cases per length")
-    parser.add_argument("--policies", default="off,fill,exact", help="completion policies")
+    parser.add_argument("--policies", default="off,fill", help="completion policies")
     parser.add_argument(
         "--question-repeats", type=int, default=1, help="times the question, trimmed back between"
     )

@@ -252,10 +252,6 @@ $lazymlx eval --model $m --split validation --families all --lengths 8k --cases 
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_stock.jsonl \
   --resume --output json > /dev/null
 .venv/bin/python benchmarks/tables.py accuracy $results/models/$m/validation_stock.jsonl
-# the exact twins of the presets, saved for the measurement (the shipped presets complete by fill)
-for name in default fast; do .venv/bin/python -c "
-import lazymlx; from dataclasses import replace; from lazymlx.engine.presets import resolve_preset, save_preset
-save_preset('$m', '$name-exact', replace(resolve_preset('$name', '$m'), complete='exact'), {})"; done
 .venv/bin/python benchmarks/kept_context.py --model $m --lengths 2k --cases 2 --lazy default --output $results/kept/${m}_2k.json
 .venv/bin/python benchmarks/kept_context.py --model $m --lengths 8k --cases 1 --output $results/kept/${m}_8k.json
 .venv/bin/python benchmarks/kept_context.py --model smollm2-135m --lengths 2k --cases 2 --output $results/kept/smollm2-135m_2k.json
@@ -263,7 +259,7 @@ save_preset('$m', '$name-exact', replace(resolve_preset('$name', '$m'), complete
 .venv/bin/python benchmarks/tables.py kept $results/kept/*.json
 # the multi-turn families after idle completion and without, stock beside (a fresh baseline file)
 $lazymlx eval --model $m --split validation --families followup,kept,chat --lengths 1k,2k --cases 2 \
-  --lazy default,fast,default-exact,fast-exact --baselines $results/models/$m/multiturn_baselines.json \
+  --lazy default,fast --baselines $results/models/$m/multiturn_baselines.json \
   --journal $results/models/$m/multiturn_validation.jsonl --resume --output json > /dev/null
 .venv/bin/python benchmarks/tables.py multiturn $results/models/$m/multiturn_validation.jsonl
 

@@ -138,7 +138,7 @@ def status_line(session: ChatSession) -> str:
         return line
     state = session.context.cache
     share = state.pairs() / (state.offset * state.num_layers) if state.offset else 1.0
-    done = "complete" if state.complete else "completing while you type"
+    done = "complete" if session.context.complete else "completing while you type"
     return f"{line} · {share:.0%} of its layer work computed · {done}"
 
 

@@ -13,9 +13,8 @@ which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/pref
 Ranker and `_rank_own`) and sends the keep decision back along the ring (one byte per carried
 token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
 once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
-slots of the tokens they pruned (and exact completion's bases), so rank 0's LazyState is the one
-one process builds: same rows per layer, depths and Aux slots (KV within fp32 rounding, equal
-where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
+slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows
+per layer, depths and Aux slots (KV within fp32 rounding, equal where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
 run on rank 0 alone, through the ordinary engine.
 
 A receiver must know each message's shape in advance, and every rank does: the slices, the
@@ -45,6 +44,7 @@ from lazymlx.engine.prefill import (
     PREFILL_CHUNK,
     Carried,
     Progress,
+    PromptResult,
     Ranker,
     Step,
     _layer,
@@ -142,29 +142,28 @@ def check_model(state: LazyState) -> None:
 @dataclass
 class Plan:
     """One chain step as every rank runs it: the prompt, the slices (bounds[p]..bounds[p+1] for
-    chain position p), the chunk, the scoring window, the layers whose keep decision rank 0
-    sends back, and the layer whose outputs exact completion keeps (-1: none)."""
+    chain position p), the chunk, the scoring window, and the layers whose keep decision rank 0
+    sends back."""
 
     tokens: np.ndarray
     bounds: list[int]
     chunk: int
     window: int
     decisions: list[int]
-    base_layer: int
 
     def encode(self) -> mx.array:
-        head = [self.chunk, self.window, self.base_layer, len(self.decisions), *self.decisions]
+        head = [self.chunk, self.window, len(self.decisions), *self.decisions]
         head += [len(self.bounds), *self.bounds]
         return mx.array(np.concatenate([np.array(head, np.int64), self.tokens]).astype(np.int32))
 
     @classmethod
     def decode(cls, array: mx.array) -> Plan:
         values = np.array(array).astype(np.int64)
-        chunk, window, base, count = (int(v) for v in values[:4])
-        decisions = values[4 : 4 + count].tolist()
-        at = 4 + count
+        chunk, window, count = (int(v) for v in values[:3])
+        decisions = values[3 : 3 + count].tolist()
+        at = 3 + count
         bounds = values[at + 1 : at + 1 + int(values[at])].tolist()
-        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions, base)
+        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions)
 
 
 def partition(tokens: int, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
@@ -190,10 +189,10 @@ def weighted_costs(
     """The per-token and per-pair costs averaged over the layers as the schedule thins them: a
     layer keeping a share r of the tokens costs r per token and r² per pair (queries and keys
     both thinned), so pruning makes the token term weigh more and the slices more even."""
-    keep, share, tokens, pairs = config.pruning_layers(layers), 1.0, 0.0, 0.0
+    ratios, share, tokens, pairs = config.pruning_layers(layers), 1.0, 0.0, 0.0
     for layer in range(layers):
         tokens, pairs = tokens + share, pairs + share * share
-        share *= keep.get(layer, 1.0)
+        share *= ratios.get(layer, 1.0)
     return token_cost * tokens / layers, pair_cost * pairs / layers
 
 
@@ -248,16 +247,14 @@ def plan_for(
     token_cost, pair_cost = _costs[key]
     if prune and config.prunes:
         token_cost, pair_cost = weighted_costs(config, state.num_layers, token_cost, pair_cost)
-    keep = state.pruning_layers(config)
-    base = state.exact_base_layer(config, 0, prune and config.prunes)
+    ratios = state.pruning_layers(config)
     deepest = state.num_layers - 1
     return Plan(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
         chunk=chunk,
         window=config.window,
-        decisions=sorted(layer for layer in keep if layer < deepest) if prune else [],
-        base_layer=-1 if base is None else base,
+        decisions=sorted(layer for layer in ratios if layer < deepest) if prune else [],
     )
 
 
@@ -305,7 +302,7 @@ def lazy_prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
-) -> mx.array:
+) -> PromptResult:
     """Rank 0's prompt step: `prompt_step`'s result and context, the prompt run on the chain.
 
     A first prompt long enough runs on the chain; anything else (a later turn, a short prompt)
@@ -334,8 +331,7 @@ def lazy_prompt_step(
     if runner.cancelled is not None:
         _roll_back(runner.step, 0)
         raise runner.cancelled
-    state.revived = 0
-    return logits
+    return PromptResult(logits, revived=0)  # a first prompt: nothing earlier to revive
 
 
 class _Runner:
@@ -364,7 +360,6 @@ class _Runner:
         h = state.adapter.embed(tokens[None, self.begin : self.end])
         self.own = Carried(h, own, self.begin)  # this slice's tokens still going deeper
         self.slots: list[tuple[np.ndarray, mx.array]] = []  # own tokens pruned: Aux slots
-        self.bases: mx.array | None = None  # own tokens' outputs of the base layer
         self.cancelled: BaseException | None = None
         if self.leads:
             state.aux.extend(tokens, depth=state.num_layers)
@@ -406,7 +401,7 @@ class _Runner:
         else:
             out, observed = self.own.h, None
         chain.times.append((layer, time.perf_counter() - started))
-        cache.offset = self.total
+        cache.ends_at(self.total)
         if observed is not None and seen is not None:
             observed = mx.concatenate([seen, observed], axis=2)[:, :, -plan.window :]
         elif observed is None:
@@ -419,10 +414,6 @@ class _Runner:
             if deciding and observed is not None:
                 chain.send(observed, layer, "queries")
             state[layer].keys = state[layer].values = None  # forwarded: no longer needed here
-        if layer == plan.base_layer:
-            self.bases = out[0]
-            if self.leads:
-                state.aux.keep_base(self.own.positions, out[0], layer)
         if self.leads:
             if state.record is not None:
                 state.record.append((layer, self.carried.tolist()))
@@ -449,19 +440,19 @@ class _Runner:
         mask = self.rank(layer, observed) if self.leads else chain.receive((count,), mx.uint8)
         if chain.next != 0:
             chain.send(mask, layer, "decision")
-        keep = np.array(mask).astype(bool)
+        kept = np.array(mask).astype(bool)
         mine = (self.carried >= self.begin) & (self.carried < self.end)
-        own_keep = keep[mine]
-        if not own_keep.all():
-            dropped = np.flatnonzero(~own_keep)
+        own_kept = kept[mine]
+        if not own_kept.all():
+            dropped = np.flatnonzero(~own_kept)
             self.slots.append((self.carried[mine][dropped], out[0, mx.array(dropped)]))
             self.own.first = None
-        kept = mx.array(np.flatnonzero(own_keep).astype(np.int32))
-        self.own.h, self.own.positions = out[:, kept], self.own.positions[kept]
-        if self.leads and not keep.all():
-            gone = mx.array(self.carried[~keep].astype(np.int32))
+        going = mx.array(np.flatnonzero(own_kept).astype(np.int32))
+        self.own.h, self.own.positions = out[:, going], self.own.positions[going]
+        if self.leads and not kept.all():
+            gone = mx.array(self.carried[~kept].astype(np.int32))
             self.state.aux.move(gone, layer + 1, None)
-        self.carried = self.carried[keep]
+        self.carried = self.carried[kept]
         mx.eval(self.own.h, self.own.positions)
 
     def rank(self, layer: int, observed: mx.array) -> mx.array:
@@ -478,28 +469,25 @@ class _Runner:
         cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
         scores = None
 
-        def rows() -> mx.array:
+        def row_scores() -> mx.array:
             nonlocal scores
             if scores is None:
-                scores = step.ranker.rows(observed, cache, scale)
+                scores = step.ranker.row_scores(observed, cache, scale)
             return scores
 
-        kept, _ = _rank_own(step.ranker, layer, rows, count, sinks, k)
+        kept, _ = _rank_own(step.ranker, layer, row_scores, count, sinks, k)
         mask[:] = 0
         mask[np.array(kept)] = 1
         return mx.array(mask)
 
     def gather(self) -> None:
-        """The Aux slots (and bases) of pruned tokens, slice by slice along the chain to rank 0,
-        in position order."""
-        state, chain, plan = self.state, self.chain, self.plan
+        """The Aux slots of pruned tokens, slice by slice along the chain to rank 0, in position
+        order."""
+        state, chain = self.state, self.chain
         gone = np.setdiff1d(np.arange(self.total), self.carried)
         hidden = state.adapter.hidden_size
         before = gone[gone < self.begin]
         slots = chain.receive((before.size, hidden), state.dtype)
-        bases = None
-        if plan.base_layer >= 0:
-            bases = chain.receive((self.begin, hidden), state.dtype)
         if self.slots:
             positions = np.concatenate([p for p, _ in self.slots])
             order = mx.array(np.argsort(positions).astype(np.int32))
@@ -507,15 +495,9 @@ class _Runner:
             slots = mx.concatenate([slots, mine]) if before.size else mine
         if not self.leads:
             chain.send(slots, -1, "slots")
-            if bases is not None:
-                chain.send(
-                    mx.concatenate([bases, self.bases]) if self.begin else self.bases, -1, "bases"
-                )
             return
         aux = state.aux
         if gone.size:
             aux.make_slots(hidden, state.dtype)
             aux.hidden[mx.array(gone.astype(np.int32))] = slots
-        if bases is not None and self.begin:
-            aux.keep_base(mx.arange(self.begin, dtype=mx.int32), bases, plan.base_layer)
-        mx.eval(aux.ids, aux.depth, *(a for a in (aux.hidden, aux.base) if a is not None))
+        mx.eval(aux.ids, aux.depth, *([] if aux.hidden is None else [aux.hidden]))

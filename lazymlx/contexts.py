@@ -6,10 +6,13 @@ gives that prefix and only the rest is computed. A prompt that goes on from a co
 conversation takes the context over; one that only starts alike (another conversation with the
 same system prompt) gets a fork, a copy of the shared prefix, so neither conversation loses its
 history to the other. `ContextPool` holds several (one per conversation, or per document a user
-keeps asking about), least recently used first out, bounded by bytes. Context files are mlx-lm prompt-cache files whose metadata says which model and preset
-made them and which tokens they hold, so a context saved today continues tomorrow, and a file from
-another model is refused instead of silently producing nonsense. In a group of ranks
-(lazymlx/collectives.py) rank 0 reads and writes the files, holding every rank's heads.
+keeps asking about), least recently used first out, bounded by bytes.
+
+Context files are mlx-lm prompt-cache files whose metadata names the model and the preset that
+made them and the tokens they hold, so a context saved today continues tomorrow, and a file from
+another model is refused instead of silently producing nonsense. `save_context` and
+`load_context` are the one writer and reader. In a group of ranks (lazymlx/collectives.py) rank 0
+reads and writes the files, holding every rank's heads.
 """
 
 from __future__ import annotations
@@ -22,11 +25,18 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import (
+    load_prompt_cache,
+    make_prompt_cache,
+    save_prompt_cache,
+    trim_prompt_cache,
+)
 from mlx_lm.utils import common_prefix_len
 
 from lazymlx import collectives
-from lazymlx.engine.cache import LazyState, save_prompt_cache_atomic
+from lazymlx.engine.atomic import write_atomic
+from lazymlx.engine.cache import LazyState
+from lazymlx.engine.complete import complete_all, pending
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import cached_length
@@ -48,15 +58,22 @@ def cache_bytes(cache: Cache) -> int:
 @dataclass
 class Context:
     """A cache and its tokens: those it holds between calls (`settle`), the prompt's during one
-    (`reuse`)."""
+    (`reuse`); for a lazy one, the config its latest turn ran with, which completing it follows
+    (None: it never ran here, and nothing completes it)."""
 
     cache: Cache
     tokens: list[int] = field(default_factory=list)
     prompt: int = 0  # how many of `tokens` the latest request's prompt gave (the rest it made)
+    config: LazyConfig | None = None
 
     @property
     def lazy(self) -> bool:
         return isinstance(self.cache, LazyState)
+
+    @property
+    def complete(self) -> bool:
+        """Whether completing it (lazymlx/engine/complete.py) has nothing left to do."""
+        return not self.lazy or self.config is None or not pending(self.cache, self.config)
 
     def reuse(self, tokens: list[int], model: nn.Module) -> int:
         """Trim to the longest prefix shared with `tokens`, keeping at least one token to feed
@@ -67,9 +84,10 @@ class Context:
         self.tokens, self.prompt = list(tokens), len(tokens)
         return keep
 
-    def settle(self, fed: list[int], model: nn.Module) -> None:
-        """After a call that fed `fed` (the prompt, then the tokens generated) to the cache,
-        record what it holds: its tokens are then its rows, whatever stopped the call. An
+    def settle(self, fed: list[int], model: nn.Module, config: LazyConfig | None) -> None:
+        """After a call under `config` that fed `fed` (the prompt, then the tokens generated) to
+        the cache, record what it holds: its tokens are then its rows, whatever stopped the
+        call, and a lazy one the config completing it follows. An
         interrupted lazy prompt step rolls back, a stock one stops between chunks (or, rarely,
         between layers: the layers ahead are trimmed back), and a decode step may have fed a
         token never returned (trimmed off), so the counts a chat shows, a saved file's metadata
@@ -78,6 +96,8 @@ class Context:
             self.cache = _even_layers(self.cache, model)
         held = self._trim_to(min(cached_length(self.cache), len(fed)), model)
         self.tokens, self.prompt = list(fed[:held]), min(self.prompt, held)
+        if self.lazy and config is not None:
+            self.config = config
 
     def continued_by(self, tokens: list[int]) -> bool:
         """Whether `tokens` go on from this context's conversation: they hold its latest prompt
@@ -91,8 +111,7 @@ class Context:
         cache: Cache = [type(entry).from_state(_own_arrays(entry.state)) for entry in self.cache]
         if self.lazy:
             cache = LazyState(model, cache)
-            cache.config = self.cache.config  # what completing it follows
-        copy = Context(cache, self.tokens)
+        copy = Context(cache, self.tokens, config=self.config)
         copy.tokens = self.tokens[: copy._trim_to(length, model)]
         return copy
 
@@ -104,7 +123,7 @@ class Context:
         if keep == offset:  # nothing to cut (a trim would still read every layer's positions)
             return keep
         if self.lazy and not self.cache.trimmable_to(keep):
-            self.cache, keep = LazyState(model), 0
+            self.cache, keep = LazyState(model), 0  # the config still says how to complete it
         elif trim_prompt_cache(self.cache, offset - keep) != offset - keep:
             self.cache, keep = make_prompt_cache(model), 0
         return keep
@@ -175,11 +194,15 @@ def save_context(
     complete: bool = True,
     **extra: Any,
 ) -> None:
-    """Write a context file atomically: mlx-lm's format, with model, version, preset, tokens and
-    whether it is complete. A lazy context is completed first (lazymlx/engine/complete.py), so later
-    questions find the whole document, unless `complete` is False."""
+    """Write a context file atomically: mlx-lm's format, with the model (its name as
+    lazymlx.load was given it), lazymlx's version, the preset (by the name it was asked for),
+    the tokens, `extra` (JSON) and, for a lazy context, whether it is complete. A lazy context is
+    completed first (lazymlx/engine/complete.py), so later questions find the whole document,
+    unless `complete` is False."""
     from lazymlx import __version__
 
+    path = _checked_name(path)
+    collectives.on_leader(check_save_path, path)  # refused before any work
     metadata = {
         "model": model_name,
         "lazymlx": __version__,
@@ -187,12 +210,22 @@ def save_context(
         "tokens": json.dumps(context.tokens),
     } | {key: json.dumps(value) for key, value in extra.items()}
     if context.lazy:
-        collectives.on_leader(check_save_path, path)
-        context.cache.save(path, metadata, complete=complete)
-        return
+        if complete and context.config is not None:
+            complete_all(context.cache, context.config)
+        metadata["complete"] = "true" if context.complete else "false"
     entries, metadata = collectives.whole_heads(list(context.cache), metadata)
-    collectives.on_leader(
-        lambda: save_prompt_cache_atomic(check_save_path(path), entries, metadata)
+    collectives.on_leader(save_prompt_cache_atomic, path, entries, metadata)
+
+
+def save_prompt_cache_atomic(
+    path: str | Path, entries: list[Any], metadata: dict[str, str] | None = None
+) -> None:
+    """mlx-lm's save_prompt_cache, written beside `path` and renamed over it: an interrupted save
+    leaves the old file (or none), never half of one."""
+    write_atomic(
+        path,
+        lambda staged: save_prompt_cache(str(staged), entries, metadata),
+        suffix=".safetensors",
     )
 
 
@@ -222,7 +255,7 @@ def load_context(
         raise LazymlxError(
             f"{path} lacks lazymlx's metadata ({', '.join(lacking)}): it was saved by mlx-lm's "
             "save_prompt_cache or by hand; save the context with lazymlx (--prompt-cache-file, "
-            "/save or LazyState.save) to continue it here"
+            "/save or lazymlx.contexts.save_context) to continue it here"
         )
     saved_model = metadata["model"]
     if saved_model != model_name:
@@ -235,8 +268,6 @@ def load_context(
         kind = "pruning on" if preset != "off" else "pruning off (stock mlx-lm)"
         raise LazymlxError(f"{path} was saved with {kind}; load it with --lazy {preset}")
     cache = LazyState(model, entries) if lazy is not None else entries
-    if lazy is not None:
-        cache.config = lazy  # what completing it follows, before its first step here
     if lazy is None and len(entries) != len(make_prompt_cache(model)):
         raise LazymlxError(
             f"{path} does not fit this model's layers; load it with the model that saved it"
@@ -251,7 +282,7 @@ def load_context(
         }
     except json.JSONDecodeError:
         raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None
-    return Context(cache, tokens), extra
+    return Context(cache, tokens, config=lazy), extra  # completed as `lazy` says, from now
 
 
 def _read(path: Path) -> tuple[list[Any], dict[str, str]]:

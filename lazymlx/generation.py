@@ -29,7 +29,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.model import LazyModel, PromptCounts
 from lazymlx.engine.prefill import PREFILL_CHUNK
 from lazymlx.engine.templates import template_tail
 from lazymlx.errors import LazymlxError
@@ -77,13 +77,14 @@ class LazyStats:
         return self.work_share < 1 or self.revived_tokens > 0
 
     @classmethod
-    def of(cls, model: LazyModel, prompt_tokens: int) -> LazyStats:
-        state, layers = model.context, model.context.num_layers
+    def of(cls, state: LazyState, counts: PromptCounts, prompt_tokens: int) -> LazyStats:
+        """The figures after a call's prompt step (`counts`, what it computed) over `state`."""
+        layers = state.num_layers
         return cls(
-            work_share=(model.pairs_before + model.prompt_pairs)
-            / ((model.start + prompt_tokens) * layers),
-            revived_tokens=model.revived,
-            step_share=model.prompt_pairs / (prompt_tokens * layers),
+            work_share=(counts.pairs_before + counts.pairs)
+            / ((counts.start + prompt_tokens) * layers),
+            revived_tokens=counts.revived,
+            step_share=counts.pairs / (prompt_tokens * layers),
             kv_rows_per_layer=tuple(cache.rows for cache in state.layers),
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
@@ -281,7 +282,7 @@ def stream_generate(
     presence_penalty, frequency_penalty, logit_bias ({token id: bias}) (mlx-lm's
     make_logits_processors); lazy: None (or "off") runs stock mlx-lm, a LazyConfig or a preset
     name runs the lazy prompt step and then mlx-lm's own decode loop over the lazy context
-    (lazymlx/engine/decode.py); prompt_cache carries context between calls (an mlx-lm cache list on the
+    (lazymlx/engine/model.py); prompt_cache carries context between calls (an mlx-lm cache list on the
     stock path, a LazyState on the lazy one); the rest (prefill_step_size,
     prompt_progress_callback, ...) go to mlx-lm's generate_step. prompt_progress_callback(done,
     total) is called with 0 first, then per prefill chunk (stock) or per layer (the lazy step).
@@ -350,7 +351,7 @@ def _lazy_model(
     if lazy.past_template:
         lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
     wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress)
-    if wrapped.prunes_prompt and progress is not None:  # it counts layer by layer instead
+    if wrapped.lazy_prompt and progress is not None:  # it counts layer by layer instead
         kwargs["prompt_progress_callback"] = None
         return wrapped, progress
     return wrapped, None
@@ -381,8 +382,8 @@ def _timed(
             for response in mlx_lm_stream_generate(model, tokenizer, tokens, max_tokens, **kwargs):
                 if ttft is None:
                     ttft = queued + time.perf_counter() - start
-                if isinstance(model, LazyModel):  # host-side counts only: no device read while
-                    stats = LazyStats.of(model, tokens.size)  # mlx-lm pipelines
+                if isinstance(model, LazyModel):  # host-side counts: no device read while
+                    stats = LazyStats.of(model.context, model.counts, tokens.size)  # it pipelines
                 counts = vars(response) | {"prompt_tokens": cached + tokens.size}
                 yield Response(
                     **counts, cached_tokens=cached, ttft_s=ttft, queued_s=queued, lazy=stats

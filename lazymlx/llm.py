@@ -318,12 +318,12 @@ class LLM:
         from lazymlx.engine.complete import next_chunk, step
 
         for context in self.contexts.contexts:
-            if context.lazy and not context.cache.complete:
+            if not context.complete:
                 if self.leads and chunk is None:
                     collectives.share(COMPLETE_UNIT | {"chunk": next_chunk(context.cache)})
                 try:
                     with GENERATION_LOCK:  # no other thread's generation meanwhile
-                        step(context.cache, context.cache.config, chunk=chunk)
+                        step(context.cache, context.config, chunk=chunk)
                 except Exception as error:  # a context a unit failed on is not trusted again
                     self.contexts.contexts.remove(context)
                     if collectives.group() is not None:  # every rank ends alike

@@ -19,8 +19,7 @@ import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.contexts import Context, load_context, new_cache, save_context
-from lazymlx.engine.complete import complete as complete_all
-from lazymlx.engine.complete import step
+from lazymlx.engine.complete import complete_all, step
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response, check_text, context_limit
@@ -66,20 +65,19 @@ class ChatSession:
     @property
     def incomplete(self) -> bool:
         """Whether pruning left part of the context to compute (in idle time)."""
-        return self.context.lazy and not self.context.cache.complete
+        return not self.context.complete
 
     def complete_step(self) -> bool:
         """One unit of completing the context (one layer chunk, short enough to stop for a key
         press); whether more is left."""
         if not self.incomplete:
             return False
-        cache = self.context.cache
-        return step(cache, cache.config)
+        return step(self.context.cache, self.context.config)
 
     def complete(self) -> None:
         """Complete the whole context now (the engine's units, with nothing waiting)."""
         if self.incomplete:
-            complete_all(self.context.cache, self.context.cache.config)
+            complete_all(self.context.cache, self.context.config)
 
     def load(self, path: str | Path, model_name: str) -> None:
         """Continue a conversation saved by `save`; nothing changes if the file is refused."""

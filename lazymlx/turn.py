@@ -17,7 +17,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.contexts import Context
 from lazymlx.errors import LazymlxError
-from lazymlx.generation import Response, check_context, check_text, stream_generate
+from lazymlx.generation import Response, check_context, check_text, resolve_lazy, stream_generate
 
 
 def render_chat(
@@ -49,17 +49,18 @@ def run_turn(
     how many tokens that is), generate from the rest with stream_generate(prompt_cache=...) and
     `options` (max_tokens, lazy, sampling, ...), and, however the turn ends (finished, stopped
     early, cancelled, failed), record what the context then holds: the prompt and the tokens
-    generated."""
+    generated, and the config that made them (which completing a lazy context follows)."""
     check_context(model, len(tokens))
+    lazy = resolve_lazy(options.pop("lazy", None), getattr(model, "lazymlx_name", None))
     cached = context.reuse(tokens, model)
     if on_reuse is not None:
         on_reuse(cached)
     generated: list[int] = []
     try:
         for response in stream_generate(
-            model, tokenizer, tokens[cached:], prompt_cache=context.cache, **options
+            model, tokenizer, tokens[cached:], prompt_cache=context.cache, lazy=lazy, **options
         ):
             generated.append(response.token)
             yield response
     finally:
-        context.settle(tokens + generated, model)
+        context.settle(tokens + generated, model, lazy)

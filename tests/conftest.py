@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from mlx_lm.generate import generate_step
 
-from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.model import LazyModel
 from lazymlx.models.gguf import ARCHITECTURES, BLOCK_NAMES, TOP_LEVEL_NAMES, hf_name
 from lazymlx.models.registry import DEFAULT_MODEL, MODELS_DIR_ENV, REGISTRY, models_dir
 from lazymlx.models.tiny import random_weights, tiny_config, tokenizer_metadata, write_tiny_model

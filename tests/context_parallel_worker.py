@@ -3,7 +3,7 @@
     context_parallel_worker.py MODEL OUT_DIR PROMPT_TOKENS CONFIGS [PROMPT_SEED]
 
 Every rank loads MODEL whole and joins the chain (lazymlx/context_parallel.py); rank 0 generates
-greedily for each config named in CONFIGS (comma-separated: off, pruning, exact, static), a
+greedily for each config named in CONFIGS (comma-separated: off, pruning, static), a
 second turn over the same context (on rank 0 alone), and writes what it kept to
 OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the other ranks follow.
 Run without mlx.launch it is the one-process reference.
@@ -39,7 +39,6 @@ PRUNING = LazyConfig(
 CONFIGS = {
     "off": LazyConfig(),
     "pruning": PRUNING,
-    "exact": replace(PRUNING, complete="exact", decode="sparse"),
     "static": replace(PRUNING, selection="static", window=40),
 }
 
@@ -48,9 +47,6 @@ def arrays(state: LazyState) -> dict[str, np.ndarray]:
     out = {"depths": np.array(state.aux.depths()), "ids": np.array(state.aux.ids[: state.offset])}
     if state.aux.hidden is not None:
         out["aux"] = np.array(state.aux.hidden[: state.offset])
-    if state.aux.base is not None:
-        out["base"] = np.array(state.aux.base[: state.offset])
-        out["based"] = np.array(state.aux.based[: state.offset])
     for layer, cache in enumerate(state.layers):
         keys, values = cache.fetch()
         out[f"k{layer}"], out[f"v{layer}"] = np.array(keys), np.array(values)
@@ -74,7 +70,6 @@ def run(model, tokenizer, prompt: list[int], name: str, out: Path) -> dict:
         "record": record,
         "tokens": [r.token for r in first],
         "turn": [r.token for r in turn],
-        "inexact_from": state.aux.inexact_from,
         "logprobs": np.array(first[0].logprobs).tolist(),
     }
 

@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from lazymlx import LazyConfig, LazyState, collectives, distributed
+from lazymlx.contexts import Context, load_context, save_context
 
 PRUNING = LazyConfig(
     schedule=((0.25, 0.5), (0.5, 0.5)),
@@ -57,8 +58,8 @@ def run(model, tokenizer, prompt: list[int], variant: str, out: Path) -> dict:
         lazymlx.stream_generate(model, tokenizer, turn, 3, lazy=config, prompt_cache=state)
     )
     path = out / f"context-{variant}.safetensors"
-    state.save(path)
-    loaded = LazyState.load(path, model)
+    save_context(path, Context(state, state.tokens, config=config), "tiny", variant)
+    loaded = load_context(path, model, "tiny", config)[0].cache
     again = list(
         lazymlx.stream_generate(model, tokenizer, [7, 8, 9], 3, lazy=config, prompt_cache=loaded)
     )

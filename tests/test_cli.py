@@ -23,7 +23,6 @@ from lazymlx.cli import chat as chat_module
 from lazymlx.cli import console
 from lazymlx.cli.app import app, main
 from lazymlx.cli.chat import repl
-from lazymlx.engine.config import PRESETS
 from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.session import ChatSession
 
@@ -707,21 +706,13 @@ def test_the_model_may_come_first_as_ollama_takes_it(tiny_model_dir: Path):
     assert "the most tokens to generate is -n (--max-tokens), e.g. -n 100" in str(digits.exception)
 
 
-def test_lazy_state_save_writes_what_the_cli_reads(tmp_path: Path, tiny_model_dir: Path):
+def test_a_file_without_lazymlxs_metadata_is_refused(tmp_path: Path, tiny_model_dir: Path):
     from mlx_lm.models.cache import make_prompt_cache, save_prompt_cache
 
-    from lazymlx import LazyState, load, stream_generate
+    from lazymlx import load
     from lazymlx.contexts import load_context
 
-    model, tokenizer = load(str(tiny_model_dir))
-    state = LazyState(model)
-    default = PRESETS["default"]
-    list(
-        stream_generate(model, tokenizer, "the cat sat " * 100, 2, prompt_cache=state, lazy=default)
-    )
-    state.save(tmp_path / "state.safetensors")  # the README's example: no metadata given
-    context, _ = load_context(tmp_path / "state.safetensors", model, str(tiny_model_dir), default)
-    assert context.tokens == state.tokens
+    model, _ = load(str(tiny_model_dir))
     bare = tmp_path / "bare.safetensors"
     save_prompt_cache(str(bare), make_prompt_cache(model))  # mlx-lm's own: no metadata
     with pytest.raises(LazymlxError, match=r"lacks lazymlx's metadata \(model, preset, tokens\)"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,10 +22,11 @@ from conftest import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 import lazymlx
 from lazymlx import LazyConfig, LazyState
+from lazymlx.contexts import Context, load_context, save_context
 from lazymlx.engine import blocks, prefill
 from lazymlx.engine.cache import LazyKVCache
 from lazymlx.engine.config import SELECTIONS
@@ -196,7 +198,7 @@ def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_mode
     (token, layer) pair computed once."""
     model = random_model(num_layers=6)
     document, dropped = random_tokens(40), 17
-    original_own, original_rows = prefill.Ranker.own, prefill.Ranker.rows
+    original_own, original_rows = prefill.Ranker.own, prefill.Ranker.row_scores
 
     def lowest_for_dropped(self, layer, rows, count):
         scores = original_own(self, layer, rows, count)
@@ -214,7 +216,7 @@ def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_mode
         return mx.where(cache.row_positions() == dropped, 1.0, scores)
 
     monkeypatch.setattr(prefill.Ranker, "own", original_own)
-    monkeypatch.setattr(prefill.Ranker, "rows", highest_for_dropped)
+    monkeypatch.setattr(prefill.Ranker, "row_scores", highest_for_dropped)
     engine_greedy(model, random_tokens(3, seed=4), 0, config, state)  # short: runs whole
     assert np.array(state.aux.depths())[dropped] == 6
     assert_each_pair_once_and_depths_agree(state)
@@ -259,7 +261,7 @@ def test_explicit_masks_follow_original_positions(cached, new):
     if cached:
         rows = mx.array(cached, dtype=mx.int32)
         cache.append(mx.zeros((1, 1, len(cached), 4)), mx.zeros((1, 1, len(cached), 4)), rows)
-    cache.offset = max(cached, default=-1) + 1
+    cache.ends_at(max(cached, default=-1) + 1)
     queries = np.arange(cache.offset, cache.offset + new)
     keys = np.array(cached + queries.tolist())
     mask = np.array(cache.make_mask(new, return_array=True))
@@ -474,12 +476,13 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
     state = LazyState(model)
     engine_greedy(model, prompt, 6, config, state)
     path = tmp_path / "context.safetensors"
-    state.save(path, {"model": "tiny"})
+    save_context(path, Context(state, state.tokens, config=config), "tiny", "mine")
     assert [p.name for p in tmp_path.iterdir()] == ["context.safetensors"]  # nothing staged left
-    loaded, metadata = LazyState.load(path, model, return_metadata=True)
+    _, metadata = load_prompt_cache(str(path), return_metadata=True)
     assert metadata["model"] == "tiny" and metadata["complete"] == "true"  # saving completed it
-    assert json.loads(metadata["tokens"]) == state.tokens
-    assert LazyState.load(path, model).tokens == state.tokens  # mlx-lm's default: the context
+    assert metadata["preset"] == "mine" and json.loads(metadata["tokens"]) == state.tokens
+    context, _ = load_context(path, model, "tiny", config)
+    loaded = context.cache
     assert loaded.tokens == state.tokens and loaded.offset == state.offset
     assert [c.rows for c in loaded.layers] == [c.rows for c in state.layers]
     in_memory = engine_greedy(model, turn, 8, config, state)
@@ -489,12 +492,32 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
         assert mx.allclose(a, b, atol=1e-5)
 
 
+def test_a_context_file_written_before_exact_completion_went_loads_and_continues():
+    """tests/data/context_0.1.0.safetensors was written by lazymlx at feb4a14 (save_context of
+    this pruned context, not completed); it loads here as the context this code builds."""
+    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", revive=4)
+    model = random_model(num_layers=6)
+    state = LazyState(model)
+    engine_greedy(model, random_tokens(40), 4, config, state)
+    path = Path(__file__).parent / "data" / "context_0.1.0.safetensors"
+    context, extra = load_context(path, model, "tiny-6", config)
+    assert extra == {"messages": [{"role": "user", "content": "hi"}]}
+    assert context.tokens == state.tokens == context.cache.tokens and not context.complete
+    assert np.array_equal(np.array(context.cache.aux.depths()), np.array(state.aux.depths()))
+    turn = random_tokens(12, seed=5)
+    assert (
+        engine_greedy(model, turn, 6, config, context.cache)[0]
+        == (engine_greedy(model, turn, 6, config, state)[0])
+    )
+
+
 def test_a_saved_context_from_another_model_is_refused(tmp_path):
     state = LazyState(random_model(num_layers=6))
     engine_greedy(state.adapter.model, random_tokens(30), 2, AGGRESSIVE, state)
-    state.save(tmp_path / "c.safetensors")
+    path = tmp_path / "c.safetensors"
+    save_context(path, Context(state, state.tokens), "tiny", "mine")
     with pytest.raises(LazymlxError, match="6 layers cached, the model has 4"):
-        LazyState.load(tmp_path / "c.safetensors", random_model(num_layers=4))
+        load_context(path, random_model(num_layers=4), "tiny", AGGRESSIVE)
 
 
 def test_a_trimmed_never_reviving_context_equals_one_that_never_saw_the_trimmed_tokens():
@@ -696,8 +719,6 @@ def test_forgetting_out_of_window_rows_changes_no_pruned_answer(monkeypatch, con
 def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_path):
     """A context cut back before what its windows kept can't be trimmed there: reuse starts a
     new one (as for stock's rotating cache); saved and loaded, it remembers how far it forgot."""
-    from lazymlx.contexts import Context
-
     monkeypatch.setattr(lazymlx.engine.cache, "FORGET_SLACK", 8)
     model = random_model("gemma3_text")
     prompt = random_tokens(200)
@@ -706,8 +727,8 @@ def test_a_context_whose_windows_forgot_a_prefix_starts_over(monkeypatch, tmp_pa
     context.tokens = list(prompt)
     assert context.reuse(prompt + [5, 6], model) == 200  # a continuation keeps everything
     saved = tmp_path / "context.safetensors"
-    context.cache.save(saved)
-    loaded = LazyState.load(saved, model)
+    save_context(saved, context, "tiny", "custom")
+    loaded = load_context(saved, model, "tiny", LazyConfig())[0].cache
     assert [c.forgotten for c in loaded.layers] == [c.forgotten for c in context.cache.layers]
     assert [c.window for c in loaded.layers] == [c.window for c in context.cache.layers]
     assert context.reuse(prompt[:100] + [7, 8], model) == 0

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from lazymlx import LazyConfig
-from lazymlx.engine.presets import REMOVED, config_from_dict, resolve_preset
+from lazymlx.engine.presets import config_from_dict, resolve_preset
 from lazymlx.errors import LazymlxError
 
 
@@ -48,14 +48,12 @@ def test_presets():
         resolve_preset("turbo", None)
 
 
-def test_a_saved_preset_relying_on_a_removed_knob_is_refused_not_run_as_another():
+def test_a_saved_preset_with_a_knob_lazymlx_lacks_is_refused_not_run_as_another():
     default = resolve_preset("default", None)
-    old = {**{f: getattr(default, f) for f in default.__dataclass_fields__}, **REMOVED}
-    assert config_from_dict({**old, "prompt_revive": None}) == default  # left as it ran: loads
-    assert not config_from_dict({**old, "prompt_revive": 0}).prompt_revive
-    for knob, value in (("segments", 16), ("masses", [[0.5, 0.9]]), ("prompt_revive", 4)):
-        with pytest.raises(LazymlxError, match=f"a saved preset (sets|caps) {knob}"):
-            config_from_dict({**old, knob: value})
+    saved = {f: getattr(default, f) for f in default.__dataclass_fields__}
+    assert config_from_dict(saved) == default
+    with pytest.raises(LazymlxError, match="a saved preset sets masses, segments, which"):
+        config_from_dict({**saved, "segments": 16, "masses": [[0.5, 0.9]]})
 
 
 def test_depth_fractions_map_onto_any_layer_count():

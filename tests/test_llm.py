@@ -296,7 +296,7 @@ def test_idle_time_completes_the_kept_context(tiny_model_dir):
     llm = LLM(str(tiny_model_dir), lazy=FILLING)
     llm.generate("a document to keep and ask about later " * 12, max_tokens=3)
     (context,) = llm.contexts.contexts
-    assert wait_for(lambda: context.cache.complete)  # nobody asked: the idle thread did it
+    assert wait_for(lambda: context.complete)  # nobody asked: the idle thread did it
     assert all(cache.rows == context.cache.offset for cache in context.cache.layers)
 
 
@@ -349,11 +349,11 @@ def test_a_group_runs_rank_0s_paced_units_alike_on_every_rank(tiny_model_dir, mo
             follower._complete_unit(shared[-1]["chunk"])
 
     GENERATION_THREAD.call(lockstep)
-    ours, theirs = (llm.contexts.contexts[0].cache for llm in (leader, follower))
+    ours, theirs = (llm.contexts.contexts[0] for llm in (leader, follower))
     assert len(shared) > 1 and all(message["complete"] for message in shared)
-    assert len(ours.record[0][1]) == shared[0]["chunk"]  # the first unit's positions
-    assert ours.record == theirs.record and ours.complete and theirs.complete
-    assert theirs.completion_chunk is None  # a follower never paces
+    assert len(ours.cache.record[0][1]) == shared[0]["chunk"]  # the first unit's positions
+    assert ours.cache.record == theirs.cache.record and ours.complete and theirs.complete
+    assert theirs.cache.completion_chunk is None  # a follower never paces
 
 
 def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_model_dir):
@@ -373,7 +373,7 @@ def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_mo
     assert order == list(range(5))
     assert answers == [direct(tiny, f"question {i}", 3, None) for i in range(5)]
     llm.complete()
-    assert all(context.cache.complete for context in llm.contexts.contexts if context.lazy)
+    assert all(context.complete for context in llm.contexts.contexts)
 
 
 def test_a_loaded_models_own_presets_apply_by_name_in_every_entry_point(tiny_model_dir):

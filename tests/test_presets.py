@@ -83,10 +83,9 @@ def test_preset_errors():
         saved_presets("m")
 
 
-def test_presets_saved_before_engine_v2_keep_working():
-    assert config_from_dict({"decode": "full"}).decode == "sparse"
-    assert config_from_dict({"decode": "lazy"}).decode == "revive"
+def test_a_saved_config_lacking_fields_takes_the_defaults():
     assert config_from_dict({}) == LazyConfig()
+    assert config_from_dict({"decode": "revive"}) == LazyConfig(decode="revive")
 
 
 def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_path, monkeypatch):

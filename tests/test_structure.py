@@ -14,13 +14,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"lazymlx": "lazymlx", "lazymlx.models": "models", "lazymlx.cli": "cli"}
 MAX_FUNCTION_LINES = 60
-# Issue 57: the engine's own cycle, cache.py importing complete.py (a `complete` property and
-# completion inside `save`) while complete.py imports cache.py. The engine's import-order fix
-# removes it; the test then fails until this exception is deleted.
-KNOWN_CYCLES = {("lazymlx.engine.cache", "lazymlx.engine.complete")}
-# Issue 57: the engine and the context-parallel mode are being changed by other work; their
-# functions are held to MAX_FUNCTION_LINES once that lands (none is over it today).
-LENGTH_EXEMPT = ("lazymlx/engine/", "lazymlx/context_parallel.py")
 
 
 def _modules() -> dict[str, Path]:
@@ -119,19 +112,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_package_has_no_import_cycle():
-    graph = _import_graph()
-    for importer, imported in KNOWN_CYCLES:
-        graph[importer].discard(imported)
-    assert _cycles(graph) == [], "modules that import each other (directly or round a loop)"
-
-
-def test_each_known_cycle_is_still_there():
-    """An exception in KNOWN_CYCLES outlives its cycle only until this test sees it gone."""
-    graph = _import_graph()
-    for importer, imported in KNOWN_CYCLES:
-        assert any(
-            importer in component and imported in component for component in _cycles(graph)
-        ), f"{importer} -> {imported} is no longer a cycle: delete it from KNOWN_CYCLES"
+    assert _cycles(_import_graph()) == [], (
+        "modules that import each other (directly or round a loop)"
+    )
 
 
 def test_the_cycle_finder_finds_a_loop_and_passes_a_chain():
@@ -141,11 +124,9 @@ def test_the_cycle_finder_finds_a_loop_and_passes_a_chain():
 
 def _long_functions() -> Iterator[str]:
     """Every function (methods and nested ones too) over MAX_FUNCTION_LINES, from its `def` to
-    its last line, docstring included; outside LENGTH_EXEMPT."""
+    its last line, docstring included."""
     for path in _modules().values():
         where = path.relative_to(REPO).as_posix()
-        if where.startswith(LENGTH_EXEMPT):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1

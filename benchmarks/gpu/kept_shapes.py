@@ -5,7 +5,7 @@ GPU machine; the answers are judged on the real models on the CPU). A document o
 is computed on its own and kept; then a question of `--question-len` tokens is asked over it.
 Stock mlx-lm asks over its whole KV cache; a preset asks over the pruned context as the
 document's step left it ("no idle": its prompt step revives what it needs, on the critical
-path), or after idle completion by `fill` or `exact` (lazymlx/engine/complete.py). Per mode:
+path), or after idle completion by `fill` (lazymlx/engine/complete.py). Per mode:
 the document's TTFT, the completion's idle seconds and its longest unit (how long a request
 arriving meanwhile waits at most), the question's TTFT, its decode tok/s over `--gen-len`
 tokens and peak memory. One untimed warm-up of every mode at each length, then `--repeats`
@@ -32,7 +32,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from lazymlx import LazyState
 from lazymlx.engine import complete
-from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.model import LazyModel
 from lazymlx.evals.bench import header
 from lazymlx.lengths import parse_lengths
 
@@ -78,7 +78,7 @@ def modes(presets: list[str]) -> list[tuple[str, object]]:
     runs: list[tuple[str, object]] = [("stock", None)]
     for name in presets:
         config = preset(name)
-        for policy, label in (("off", "no idle"), ("fill", "fill"), ("exact", "exact")):
+        for policy, label in (("off", "no idle"), ("fill", "fill")):
             runs.append((f"{name} {label}", replace(config, complete=policy)))
     return runs
 

@@ -50,7 +50,7 @@ def engine_ttft(model, prompt: mx.array, config) -> float:
     """The engine's prompt step alone, as the decode loop's first call runs it."""
     state = LazyState(model)
     start = time.perf_counter()
-    mx.eval(prompt_step(state, prompt, config))
+    mx.eval(prompt_step(state, prompt, config).logits)
     return time.perf_counter() - start
 
 
@@ -64,7 +64,7 @@ def per_layer(model, prompt: mx.array, config) -> tuple[list[float], list[int]]:
         mx.synchronize()
         stamps.append(time.perf_counter())
 
-    mx.eval(prompt_step(state, prompt, config, progress=progress))
+    mx.eval(prompt_step(state, prompt, config, progress=progress).logits)
     times = [b - a for a, b in itertools.pairwise(stamps)]
     return times, [len(positions) for _, positions in state.record]
 

@@ -35,7 +35,7 @@ from mlx_lm.models import llama
 
 from lazymlx import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.model import LazyModel
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import header
 from lazymlx.lengths import parse_lengths
@@ -96,7 +96,7 @@ def run(model, prompt: mx.array, mode: str, gen_len: int) -> dict:
         "decode_tps": (gen_len - 1) / (total - ttft),
         "answer_s": total,
         "peak_gb": mx.get_peak_memory() / 1e9,
-        "compute_fraction": 1.0 if cache is None else wrapped.prompt_pairs / (prompt.size * layers),
+        "compute_fraction": 1.0 if cache is None else wrapped.counts.pairs / (prompt.size * layers),
     }
 
 

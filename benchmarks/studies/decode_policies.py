@@ -24,7 +24,7 @@ from mlx_lm.generate import generate_step
 
 from lazymlx import LazyConfig, LazyState
 from lazymlx.engine.config import PRESETS
-from lazymlx.engine.decode import LazyModel
+from lazymlx.engine.model import LazyModel
 from lazymlx.evals.bench import header
 from lazymlx.prompts import passkey_prompt
 

@@ -16,10 +16,8 @@ depths: each (token, layer) pair below a token's depth was computed exactly once
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Container
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -30,7 +28,6 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
 from lazymlx import collectives
-from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
@@ -109,17 +106,17 @@ class LazyKVCache(_BaseCache):
         self.forgotten = position
         if not self.rows:
             return
-        keep = np.flatnonzero(np.array(self.row_positions()) >= position)
-        if len(keep) < self.rows:
-            self.keep_rows(keep)
+        kept = np.flatnonzero(np.array(self.row_positions()) >= position)
+        if len(kept) < self.rows:
+            self.keep_rows(kept)
 
-    def keep_rows(self, keep: np.ndarray) -> None:
+    def keep_rows(self, indices: np.ndarray) -> None:
         """Keep only the rows at these indices (in this order)."""
-        index = mx.array(keep.astype(np.int32))
+        index = mx.array(indices.astype(np.int32))
         self.keys = self.keys[..., index, :]
         self.values = self.values[..., index, :]
         self.positions = self.positions[index]
-        self.rows = len(keep)
+        self.rows = len(indices)
 
     # mlx-lm's cache protocol: what the model's own forward pass and generate_step call
 
@@ -132,13 +129,17 @@ class LazyKVCache(_BaseCache):
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):
         """Causal on original positions for N new tokens. Every cached row precedes them, so the
-        bottom-right "causal" mask is exact; an explicit one compares positions."""
-        if window_size is not None:
-            raise LazymlxError("lazy pruning does not support sliding-window attention")
+        bottom-right "causal" mask is exact; an explicit one compares positions. window_size is
+        never set: a sliding-window model's forward goes through the engine's blocks."""
         if not return_array:
             return "causal" if N > 1 else None
         queries = mx.arange(self.offset, self.offset + N, dtype=mx.int32)
         return causal_mask(mx.concatenate([self.row_positions(), queries]), queries)
+
+    def ends_at(self, position: int) -> None:
+        """The context now ends before `position`: a step's tokens are in (those it pruned
+        before this layer have no rows here) or a rolled-back step's are gone."""
+        self.offset = position
 
     def size(self) -> int:
         return self.rows
@@ -159,12 +160,12 @@ class LazyKVCache(_BaseCache):
 
     @state.setter
     def state(self, value: tuple) -> None:
-        keys, values, positions, offset, *forgotten = value  # files before windows: 4 entries
+        keys, values, positions, offset, forgotten = value
         self.rows = positions.size
         self.keys, self.values = (keys, values) if self.rows else (None, None)
         self.positions = positions.astype(mx.int32) if self.rows else None
         self.offset = int(offset)
-        self.forgotten = int(forgotten[0]) if forgotten else 0
+        self.forgotten = int(forgotten)
         self.window, self.next_check = None, 0  # the window is the model's: LazyState sets it
 
     def is_trimmable(self) -> bool:
@@ -180,11 +181,11 @@ class LazyKVCache(_BaseCache):
         n = min(self.offset, n)
         self.offset -= n
         if self.rows:
-            keep = np.flatnonzero(np.array(self.row_positions()) < self.offset)
-            if not keep.size or keep[-1] == keep.size - 1:  # the last rows go: nothing moves
-                self.rows = keep.size
-            elif keep.size < self.rows:
-                self.keep_rows(keep)
+            kept = np.flatnonzero(np.array(self.row_positions()) < self.offset)
+            if not kept.size or kept[-1] == kept.size - 1:  # the last rows go: nothing moves
+                self.rows = kept.size
+            elif kept.size < self.rows:
+                self.keep_rows(kept)
         return n
 
 
@@ -195,10 +196,6 @@ class LazyAux(_BaseCache):
     Everything is on the device, so a decode step (whose token id mlx-lm keeps on the device
     while it pipelines) never waits for the host. `depth_counts` is the host's copy of how many
     tokens sit at each depth, kept exact by the revival policy without reading the device.
-
-    For exact completion (lazymlx/engine/complete.py) a context also keeps each token's output of the
-    first pruning layer (`base`, where `based`), where recomputing it starts, and
-    `inexact_from`: the first position whose deeper KV may differ from stock's.
     """
 
     def __init__(self) -> None:
@@ -207,10 +204,6 @@ class LazyAux(_BaseCache):
         self.hidden: mx.array | None = None  # (positions, hidden size): the Aux slots
         self.length = 0
         self.depth_counts: np.ndarray | None = None
-        self.base: mx.array | None = None  # (positions, hidden size)
-        self.based: mx.array | None = None  # bool per position
-        self.base_layer: int | None = None  # the layer whose outputs `base` holds
-        self.inexact_from: int | None = None
 
     def extend(self, tokens: mx.array, depth: int) -> None:
         """New tokens at the end of the context, at `depth` until a step says otherwise."""
@@ -220,11 +213,6 @@ class LazyAux(_BaseCache):
         if self.hidden is not None:
             shape = (tokens.size, self.hidden.shape[1])
             self.hidden = _grown(self.hidden, start, end, shape, self.hidden.dtype, 0)
-        if self.base is not None:
-            shape = (tokens.size, self.base.shape[1])
-            self.base = _grown(self.base, start, end, shape, self.base.dtype, 0)
-            self.based = _grown(self.based, start, end, (tokens.size,), mx.bool_, 0)
-            self.based[start:end] = False
         self.ids[start:end] = tokens.astype(mx.int32)
         self.depth[start:end] = depth
         self.length = end
@@ -258,51 +246,34 @@ class LazyAux(_BaseCache):
         if self.hidden is None:
             self.hidden = mx.zeros((self.ids.shape[0], hidden_size), dtype)
 
-    def keep_base(self, positions: mx.array, hidden: mx.array, layer: int) -> None:
-        """Note the tokens' outputs of `layer`, the first pruning layer (hidden: (tokens,
-        hidden size)); bases of another layer (a context a config of other depths made) go."""
-        if self.base is None or self.base_layer != layer:
-            self.base = mx.zeros((self.ids.shape[0], hidden.shape[-1]), hidden.dtype)
-            self.based = mx.zeros((self.ids.shape[0],), mx.bool_)
-            self.base_layer = layer
-        self.base[positions] = hidden
-        self.based[positions] = True
-
-    def mark_inexact(self, position: int) -> None:
-        """Tokens from `position` on may hold KV that differs from stock's (a step pruned)."""
-        if self.inexact_from is None or position < self.inexact_from:
-            self.inexact_from = position
-
     def depths(self) -> mx.array:
         return self.depth[: self.length]
 
     def counts(self, num_layers: int) -> np.ndarray:
-        """Tokens per depth 0..num_layers; read from the device once, then kept by the caller."""
+        """Tokens per depth 0..num_layers, a copy: read from the device once, then kept exact
+        on the host by `extend` and `move`."""
         if self.depth_counts is None:
             depths = np.array(self.depths()) if self.length else np.zeros(0, np.int32)
             self.depth_counts = np.bincount(depths, minlength=num_layers + 1)
-        return self.depth_counts
+        return self.depth_counts.copy()
 
     @property
     def state(self) -> tuple[mx.array, mx.array, mx.array, int]:
-        """Saved: ids, depths, Aux slots and inexact_from (-1: none); not the bases, so exact
-        completion of a loaded context recomputes its tokens from the first layer."""
-        inexact = -1 if self.inexact_from is None else self.inexact_from
+        """Saved: ids, depths, Aux slots, and -1 in the slot where a removed completion mode
+        kept a position, so files keep one format (earlier files load, later ones load there)."""
         if not self.length:
-            return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([]), inexact
+            return mx.array([], mx.int32), mx.array([], mx.int32), mx.array([]), -1
         hidden = mx.array([]) if self.hidden is None else self.hidden[: self.length]
-        return self.ids[: self.length], self.depths(), hidden, inexact
+        return self.ids[: self.length], self.depths(), hidden, -1
 
     @state.setter
     def state(self, value: tuple) -> None:
-        ids, depth, hidden, *inexact = value  # files before completion: 3 entries
+        ids, depth, hidden, _ = value
         self.length = ids.size
         self.ids = ids.astype(mx.int32) if self.length else None
         self.depth = depth.astype(mx.int32) if self.length else None
         self.hidden = hidden if hidden.size else None
         self.depth_counts = None
-        self.base = self.based = self.base_layer = None
-        self.inexact_from = int(inexact[0]) if inexact and int(inexact[0]) >= 0 else None
 
     def is_trimmable(self) -> bool:
         return True
@@ -311,8 +282,6 @@ class LazyAux(_BaseCache):
         n = min(self.length, n)
         self.length -= n
         self.depth_counts = None
-        if self.inexact_from is not None and self.inexact_from >= self.length:
-            self.inexact_from = None
         return n
 
     def empty(self) -> bool:
@@ -323,8 +292,7 @@ class LazyAux(_BaseCache):
         if self.ids is None:
             return 0
         slots = 0 if self.hidden is None else self.hidden.nbytes
-        bases = 0 if self.base is None else self.base.nbytes + self.based.nbytes
-        return slots + bases + self.depth.nbytes + self.ids.nbytes
+        return slots + self.depth.nbytes + self.ids.nbytes
 
 
 # mlx-lm's load_prompt_cache rebuilds caches by class name from its own module
@@ -356,8 +324,6 @@ class LazyState(list):
             cache.window = window
         super().__init__(entries)
         self.record: list[tuple[int, list[int]]] | None = None  # tests: (layer, positions computed)
-        self.config: LazyConfig | None = None  # the config of its latest step (completion's)
-        self.revived = 0  # earlier tokens its latest prompt step brought back
         self.completion_chunk: int | None = None  # tokens of its next paced completion unit
 
     @property
@@ -382,7 +348,7 @@ class LazyState(list):
         """On a sliding-window layer, drop the rows no query still to come can reach: older than
         `window` (plus FORGET_SLACK) before both `before` (the first position the coming
         computation adds there) and the first token still to be computed there (one pruned
-        earlier, which a later step may revive there, or one exact completion will recompute).
+        earlier, which a later step or completion may revive there).
         It looks once every FORGET_SLACK positions, so a decode step rarely reads the device or
         copies rows."""
         cache = self[layer]
@@ -396,8 +362,6 @@ class LazyState(list):
         # waiting there (to be computed there, or pruned there: any config may revive it there)
         waiting = mx.where(depths <= layer + 1, mx.arange(depths.size), depths.size)
         first_waiting = int(mx.min(waiting).item()) if depths.size else 0
-        if self.aux.inexact_from is not None:  # exact completion recomputes from there
-            first_waiting = min(first_waiting, self.aux.inexact_from)
         cache.forget_before(min(reach, first_waiting - cache.window - FORGET_SLACK))
 
     def forget_out_of_windows(self, before: int, ranked: Container[int]) -> None:
@@ -407,29 +371,6 @@ class LazyState(list):
             for layer in range(self.num_layers):
                 if layer not in ranked:
                     self.forget_out_of_window(layer, before)
-
-    def exact_base_layer(self, config: LazyConfig, start: int, prunes: bool) -> int | None:
-        """Under exact completion, at the start of a step whose tokens begin at `start`: the layer
-        whose outputs the step keeps as its tokens' bases (the first pruning layer), or None.
-
-        A step over a context not yet complete computes over a partial one (a request arriving
-        mid-completion): everything from the first token still waiting on, the step's own tokens
-        included, is marked for recomputing, from their embeddings (no bases: what they saw even at
-        the first pruning layer may be partial). A step that will prune its own tokens is marked
-        from its start before its first layer, so a sliding window keeps what recomputing needs.
-        """
-        keep = self.pruning_layers(config)
-        if config.complete != "exact" or not keep:
-            return None
-        aux, layers = self.aux, self.num_layers
-        if start and aux.counts(layers)[:layers].any():
-            if aux.inexact_from is None or aux.inexact_from > start:  # else marked already
-                partial = mx.argmax(aux.depths()[:start] < layers).item()
-                aux.mark_inexact(min(int(partial), start))
-            return None
-        if prunes:
-            aux.mark_inexact(start)
-        return min(keep)
 
     def pruning_layers(self, config: LazyConfig) -> dict[int, float]:
         """The config's pruning layers on this model (global layers only, where it has local
@@ -475,62 +416,3 @@ class LazyState(list):
                 f"values, Aux slots and attention, more than this machine's "
                 f"{available / 1e9:.1f} GB allows; shorten the prompt"
             )
-
-    def metadata(self) -> dict[str, str]:
-        """What a context file says of itself, as the CLI writes it: the model (the name
-        lazymlx.load was given), lazymlx's version, the preset and the tokens."""
-        from lazymlx import __version__
-        from lazymlx.engine.config import preset_name
-
-        return {
-            "model": getattr(self.adapter.model, "lazymlx_name", "an unnamed model"),
-            "lazymlx": __version__,
-            "preset": preset_name(self.config),
-            "tokens": json.dumps(self.tokens),
-        }
-
-    @property
-    def complete(self) -> bool:
-        """Whether completing it (lazymlx/engine/complete.py) has nothing left to do."""
-        from lazymlx.engine.complete import pending
-
-        return self.config is None or not pending(self, self.config)
-
-    def save(
-        self, path: str | Path, metadata: dict[str, str] | None = None, complete: bool = True
-    ) -> None:
-        """Write the context in mlx-lm's prompt-cache format, atomically (a group's: every
-        rank's heads, written by rank 0); complete it first (its config's completion) unless
-        `complete` is False. The metadata says whether the file is complete."""
-        if complete and self.config is not None:
-            from lazymlx.engine.complete import complete as finish
-
-            finish(self, self.config)
-        metadata = self.metadata() | (metadata or {})
-        metadata["complete"] = "true" if self.complete else "false"
-        entries, metadata = collectives.whole_heads(list(self), metadata)
-        collectives.on_leader(save_prompt_cache_atomic, path, entries, metadata)
-
-    @classmethod
-    def load(
-        cls, path: str | Path, model: nn.Module, return_metadata: bool = False
-    ) -> LazyState | tuple[LazyState, dict[str, str]]:
-        """A context `save` wrote, for `model`; with return_metadata, (context, metadata), as
-        mlx-lm's load_prompt_cache. A group loads what a group of its size saved."""
-        entries, metadata = collectives.read_context(
-            lambda: mlx_lm_cache.load_prompt_cache(str(path), return_metadata=True), Path(path)
-        )
-        state = cls(model, entries)
-        return (state, metadata) if return_metadata else state
-
-
-def save_prompt_cache_atomic(
-    path: str | Path, entries: list[Any], metadata: dict[str, str] | None = None
-) -> None:
-    """mlx-lm's save_prompt_cache, written beside `path` and renamed over it: an interrupted save
-    leaves the old file (or none), never half of one."""
-    write_atomic(
-        path,
-        lambda staged: mlx_lm_cache.save_prompt_cache(str(staged), entries, metadata),
-        suffix=".safetensors",
-    )

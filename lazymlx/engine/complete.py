@@ -10,15 +10,9 @@ length is paced to UNIT_SECONDS on the machine at hand: a layer chunk's cost gro
 context (its attention reads every earlier row) and differs a hundredfold between a laptop CPU and
 a GPU, so a fixed token count would be either slow to yield or needlessly fine.
 
-- fill: each pruned token resumes from its Aux slot at the layer where it stopped, layer by layer
-  from the shallowest, in position order within a layer, so a token attends to every earlier
-  token there; each (token, layer) pair is computed once, as LazyLLM promises.
-- exact: every token a pruning step touched is recomputed from the first pruning layer down, so
-  the context's keys and values are stock's (within fp32 rounding). The tokens' outputs of that
-  layer, kept when they were computed (LazyAux.base), are their inputs again; a token without one
-  (a loaded context's, a decode token run by the model's own forward pass) starts from its
-  embedding. `restart` drops their deeper rows and sets them back; fill does the rest. Until it
-  is done a request sees less of the context than before it started.
+Completion fills: each pruned token resumes from its Aux slot at the layer where it stopped, layer
+by layer from the shallowest, in position order within a layer, so a token attends to every
+earlier token there; each (token, layer) pair is computed once, as LazyLLM promises.
 """
 
 from __future__ import annotations
@@ -31,10 +25,10 @@ import numpy as np
 from lazymlx.engine.blocks import append_kv, attention_mask, block_forward
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.decode import interrupts_deferred
+from lazymlx.engine.interrupts import interrupts_deferred
 
 UNIT_SECONDS = 0.1  # a paced unit's length: what a request arriving during completion waits
-COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete())
+COMPLETION_CHUNK = 512  # tokens per unit at most, and when nothing waits (complete_all())
 FIRST_CHUNK, SMALLEST_CHUNK = 64, 8  # a paced unit's tokens before any is timed, and at least
 
 
@@ -42,8 +36,6 @@ def pending(state: LazyState, config: LazyConfig) -> bool:
     """Whether completing the context under `config` has work left."""
     if config.complete == "off" or not state.offset:
         return False
-    if config.complete == "exact" and state.aux.inexact_from is not None:
-        return True
     return bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
 
 
@@ -65,9 +57,6 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
     by the context's last units); whether work remains. Ctrl-C waits for the unit's end (it is
     short), so the context is never half updated."""
     with interrupts_deferred():
-        if config.complete == "exact" and state.aux.inexact_from is not None:
-            restart(state, config)
-            return pending(state, config)
         counts = state.aux.counts(state.num_layers)
         waiting = np.flatnonzero(counts[: state.num_layers])
         if not waiting.size or config.complete == "off":
@@ -85,7 +74,7 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
     return True
 
 
-def complete(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
+def complete_all(state: LazyState, config: LazyConfig, chunk: int = COMPLETION_CHUNK) -> int:
     """Complete the whole context now (before saving it, say); the units run."""
     units = 0
     while pending(state, config):
@@ -109,41 +98,12 @@ def _fill(state: LazyState, layer: int, chunk: int, config: LazyConfig) -> int:
         append_kv(adapter, block, cache, h, positions, None)
     else:
         hidden = block_forward(adapter, block, cache, h, positions, None, mask)[0][0]
-    counts = aux.counts(state.num_layers)
-    aux.move(positions, layer + 1, layer, hidden)
+    aux.move(positions, layer + 1, layer, hidden)  # step() read the counts: they stay exact
     mx.eval(aux.hidden, aux.depth, cache.keys, cache.values, cache.positions)
     if state.record is not None:
         state.record.append((layer, picked.tolist()))
-    if not counts[layer]:  # the layer is whole: a sliding window may drop what it no longer needs
+    if not aux.counts(state.num_layers)[
+        layer
+    ]:  # the layer is whole: a sliding window may drop what it no longer needs
         state.forget_out_of_windows(state.offset, state.pruning_layers(config))
     return picked.size
-
-
-def restart(state: LazyState, config: LazyConfig) -> None:
-    """Set every token from `inexact_from` on back to the first pruning layer's output (its base)
-    or to its embedding (no base), dropping its rows from there down; fill then recomputes them."""
-    aux, num_layers = state.aux, state.num_layers
-    start, end = aux.inexact_from, state.offset
-    first = min(state.pruning_layers(config), default=num_layers - 1)
-    if aux.base_layer != first:  # kept at another config's first pruning layer: unusable
-        aux.base = aux.based = None
-    based = np.array(aux.based[start:end]) if aux.based is not None else np.zeros(end - start, bool)
-    restarts = np.where(based, first + 1, 0).astype(np.int32)
-    for layer, cache in enumerate(state.layers):
-        if not cache.rows:
-            continue
-        rows = np.array(cache.row_positions())
-        inside = (rows >= start) & (rows < end)
-        drop = np.zeros(rows.size, bool)
-        drop[inside] = restarts[rows[inside] - start] <= layer
-        if drop.any():
-            cache.keep_rows(np.flatnonzero(~drop))
-    region = mx.arange(start, end, dtype=mx.int32)
-    embedded = state.adapter.embed(aux.ids[start:end][None])[0].astype(state.dtype)
-    aux.make_slots(state.adapter.hidden_size, state.dtype)
-    inputs = embedded
-    if aux.based is not None:
-        inputs = mx.where(aux.based[start:end][:, None], aux.base[start:end], embedded)
-    aux.move(region, mx.array(restarts), None, inputs)
-    aux.inexact_from, aux.base, aux.based, aux.base_layer = None, None, None, None
-    mx.eval(aux.hidden, aux.depth)

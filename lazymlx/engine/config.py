@@ -23,9 +23,8 @@ DECODE_MODES = ("sparse", "revive")
 SELECTIONS = ("attention", "static", "random")
 # What idle time does with a pruned context kept for later turns (lazymlx/engine/complete.py). "fill":
 # every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
-# pair computed once. "exact": every token is recomputed from the first pruning layer down, so
-# the context's KV is stock's. "off": nothing (batch use).
-COMPLETIONS = ("fill", "exact", "off")
+# pair computed once. "off": nothing (batch use).
+COMPLETIONS = ("fill", "off")
 
 
 @dataclass(frozen=True)
@@ -121,12 +120,12 @@ class LazyConfig:
         cheapest candidates first and a user can be told what a preset saves."""
         if not self.prunes or tokens < self.min_prompt or tokens <= 0:
             return 1.0
-        keep, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
+        ratios, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
         least = min(tokens, min(self.keep_first, tokens) + 1)
         for layer in range(num_layers):
             pairs += present
-            if layer in keep:
-                present = max(self.kept_count(keep[layer], present), min(present, least))
+            if layer in ratios:
+                present = max(self.kept_count(ratios[layer], present), min(present, least))
         return pairs / (tokens * num_layers)
 
     def pruning_layers(
@@ -216,13 +215,6 @@ PRESETS: dict[str, LazyConfig] = {
 PRESETS["fast"] = replace(
     PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse", min_keep=0
 )
-
-
-def preset_name(config: LazyConfig | None) -> str:
-    """The built-in preset a lazy context's config is, else "custom" (a context file's
-    metadata; a context that never ran a step has none)."""
-    named = (name for name, preset in PRESETS.items() if preset == config and name != "off")
-    return next(named, "custom")  # "off" names stock's files, never a lazy context
 
 
 def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:

@@ -46,35 +46,37 @@ class Ranker:
         self.config, self.start = config, start
         self.fixed: mx.array | None = None  # static: the first pruning layer's scores
 
-    def shape_rows(self, scores: mx.array, rows: mx.array) -> mx.array:
-        """Scores of a layer's rows (rows: their positions, in cache order) pooled in text
-        order, so a chosen token takes its neighbours along whichever step left them at the
-        layer; in cache order, fp32."""
-        order = mx.argsort(rows)
+    def shape_rows(self, scores: mx.array, row_positions: mx.array) -> mx.array:
+        """Scores of a layer's rows (at `row_positions`, in cache order) pooled in text order,
+        so a chosen token takes its neighbours along whichever step left them at the layer; in
+        cache order, fp32."""
+        order = mx.argsort(row_positions)
         shaped = mx.zeros(scores.shape, mx.float32)
         shaped[order] = _pooled(scores[order], self.config.pool).astype(mx.float32)
         return shaped
 
-    def rows(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
+    def row_scores(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
         """The attention every row of the layer gets from the observing tokens (its last rows)."""
-        rows, window = cache.row_positions(), observed.shape[2]
-        mask = None if window == 1 else causal_mask(rows, rows[-window:])
+        row_positions, window = cache.row_positions(), observed.shape[2]
+        mask = None if window == 1 else causal_mask(row_positions, row_positions[-window:])
         return attention_scores(observed, cache.fetch()[0], scale, mask)
 
-    def own(self, layer: int, rows: Callable[[], mx.array], count: int) -> mx.array:
-        """Pooled scores of the step's own `count` tokens (the layer's last rows)."""
+    def own(self, layer: int, row_scores: Callable[[], mx.array], count: int) -> mx.array:
+        """Pooled scores of the step's own `count` tokens (the layer's last rows); row_scores()
+        gives every row's, computed on first use."""
         config = self.config
         if config.selection == "random":
             key = mx.random.key(self.start * 101 + layer)
             return mx.random.uniform(shape=(count,), key=key)
         if self.fixed is None:
-            scores = rows()[-count:]
+            scores = row_scores()[-count:]
             if config.selection != "static":
                 return _pooled(scores, config.pool)
             self.fixed = scores
         return _pooled(self.fixed, config.pool)
 
-    def keep(self, kept: mx.array) -> None:
+    def narrow(self, kept: mx.array) -> None:
+        """Static scores follow the own tokens that go on (their indices, `kept`)."""
         if self.fixed is not None:
             self.fixed = self.fixed[kept]
 
@@ -112,6 +114,15 @@ class Step:
 Progress = Callable[[int, int], None]
 
 
+@dataclass(frozen=True)
+class PromptResult:
+    """What a prompt step computed: the last token's logits (1, 1, vocab), and how many earlier
+    tokens (pruned by an earlier step) it brought back."""
+
+    logits: mx.array
+    revived: int
+
+
 def prompt_step(
     state: LazyState,
     tokens: mx.array,
@@ -119,8 +130,8 @@ def prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
-) -> mx.array:
-    """Run `tokens` over the context, pruning by the config; the last token's logits (1, 1, vocab).
+) -> PromptResult:
+    """Run `tokens` over the context, pruning by the config; what it computed.
 
     prune: whether the step's own tokens are pruned; a short step runs whole but still revives
     the context tokens it needs. progress(done, total) is called as each layer's last chunk
@@ -132,8 +143,7 @@ def prompt_step(
     step = Step(state, config, chunk, prune, Ranker(config, start))
     try:
         logits = _layers(step, tokens, progress)
-        state.revived = sum(positions.size for positions, _, _ in step.revivals)
-        return logits
+        return PromptResult(logits, sum(positions.size for positions, _, _ in step.revivals))
     except BaseException:
         _roll_back(step, start)
         raise
@@ -146,17 +156,17 @@ def _roll_back(step: Step, start: int) -> None:
     state = step.state
     for layer, cache in enumerate(state.layers):
         if cache.rows:
-            rows = np.array(cache.row_positions())
-            added = rows >= start
+            row_positions = np.array(cache.row_positions())
+            added = row_positions >= start
             for positions, depth, _ in step.revivals:
                 if layer >= depth:
-                    added |= np.isin(rows, np.array(positions))
+                    added |= np.isin(row_positions, np.array(positions))
             if added.any():
                 cache.keep_rows(np.flatnonzero(~added))
-        cache.offset = start
+        cache.ends_at(start)
     for positions, depth, slots in reversed(step.revivals):
         state.aux.move(positions, depth, None, slots)
-    state.aux.length, state.aux.depth_counts = start, None
+    state.aux.trim(state.aux.length - start)
 
 
 @dataclass
@@ -179,43 +189,40 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
-    keep = state.pruning_layers(config)
-    first_prune = state.exact_base_layer(config, start, prune and config.prunes)
+    ratios = state.pruning_layers(config)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
     if start and config.prompt_revive and config.selection == "attention":
-        waiting = aux.counts(num_layers).copy()
+        waiting = aux.counts(num_layers)
     aux.extend(tokens, depth=num_layers)
     sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
     carried = Carried(adapter.embed(tokens[None]), mx.arange(start, end, dtype=mx.int32), start)
     for layer, block in enumerate(adapter.layers):
         cache = state[layer]
         deepest = layer == num_layers - 1
-        carried.h, observed = _layer(step, layer, carried, forget=layer not in keep)
-        cache.offset = end
+        carried.h, observed = _layer(step, layer, carried, forget=layer not in ratios)
+        cache.ends_at(end)
         own_h, own_positions = carried.h[:, carried.revived :], carried.positions[carried.revived :]
-        if layer == first_prune:  # where exact completion recomputes these tokens from
-            aux.keep_base(own_positions, own_h[0], layer)
         if state.record is not None:
             state.record.append((layer, carried.positions.tolist()))
         if progress is not None:
             progress(tokens.size * (layer + 1) // num_layers, tokens.size)
-        if deepest or layer not in keep:
+        if deepest or layer not in ratios:
             continue
         own = carried.positions.size - carried.revived
         least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
-        k = max(config.kept_count(keep[layer], own), least) if prune else own
+        k = max(config.kept_count(ratios[layer], own), least) if prune else own
         backlog = waiting is not None and waiting[layer + 1] > 0
         if k >= own and not carried.revived and not backlog:
             continue
         scale = block.self_attn.scale
-        rows = cache_once(lambda c=cache, o=observed, s=scale: ranker.rows(o, c, s))
+        scores = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_scores(o, c, s))
         aux.make_slots(adapter.hidden_size, state.dtype)
-        kept, dropped = _rank_own(ranker, layer, rows, own, sinks, k)
+        kept, dropped = _rank_own(ranker, layer, scores, own, sinks, k)
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
         if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
-            back_h, back = _revive(step, layer, rows(), carried)
+            back_h, back = _revive(step, layer, scores(), carried)
         carried = Carried(
             mx.concatenate([back_h, own_h[:, kept]], axis=1),
             mx.concatenate([back, own_positions[kept]]),
@@ -227,16 +234,16 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
 
 
 def _rank_own(
-    ranker: Ranker, layer: int, rows: Callable[[], mx.array], own: int, sinks: int, k: int
+    ranker: Ranker, layer: int, row_scores: Callable[[], mx.array], own: int, sinks: int, k: int
 ) -> tuple[mx.array, mx.array]:
     """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
     last token always among them. (kept, ascending; dropped)."""
-    scores = ranker.own(layer, rows, own)
+    scores = ranker.own(layer, row_scores, own)
     index = mx.arange(own)
     forced = (index < sinks) | (index == own - 1)
     order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
     kept = mx.sort(order[:k])
-    ranker.keep(kept)
+    ranker.narrow(kept)
     return kept, order[k:]
 
 
@@ -247,21 +254,21 @@ def _revive(
     ones (pruned here by an earlier step) ranked high now.
 
     Every row of the layer is ranked by the step's attention, pooled like the step's own tokens
-    but over all rows in text order, and the top share `keep` of them (the count a prune of the
+    but over all rows in text order, and the top share `ratio` of them (the count a prune of the
     whole context would keep) decide.
     Returns the carried context tokens' hidden states and positions, positions ascending.
     """
     state, ranker = step.state, step.ranker
     aux, num_layers = state.aux, state.num_layers
-    keep = state.pruning_layers(step.config)[layer]
+    ratio = state.pruning_layers(step.config)[layer]
     h, positions, revived = carried.h, carried.positions, carried.revived
     cache = state[layer]
     split = cache.rows - positions.size  # rows before it are the context's, after it carried
-    rows = cache.row_positions()
-    context_rows = rows[:split]
-    shaped = ranker.shape_rows(scores, rows)
+    row_positions = cache.row_positions()
+    context_rows = row_positions[:split]
+    shaped = ranker.shape_rows(scores, row_positions)
     context, back = shaped[:split], shaped[split : split + revived]
-    count = step.config.kept_count(keep, cache.rows)
+    count = step.config.kept_count(ratio, cache.rows)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []

@@ -67,35 +67,17 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
     return {name: config_from_dict(entry["config"]) for name, entry in saved.items()}
 
 
-LEGACY_DECODE = {"full": "sparse", "lazy": "revive"}
-# Knobs of the studies, used by no shipped preset and since removed (benchmarks/studies/STUDIES.md
-# names the commits); a saved preset that left them as these values loads as it ran.
-REMOVED = {
-    "budgets": [], "masses": [], "floors": [], "keep_last": 0, "segments": 0, "heads": "mean",
-    "retrieval_heads": [], "revive_shaped": False, "seed": 0,
-}  # fmt: skip
-
-
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
-    """A saved config; fields it lacks take LazyConfig's defaults, so older files keep loading,
-    and one that relies on a removed knob is refused rather than run as something else."""
-    for name, unused in REMOVED.items():
-        if name in entry and entry[name] != unused:
-            raise LazymlxError(
-                f"a saved preset sets {name}={entry[name]!r}, a knob lazymlx no longer has; "
-                "calibrate the model again (lazymlx calibrate) or delete that preset"
-            )
-    values = {f.name: entry[f.name] for f in fields(LazyConfig) if f.name in entry}
-    if values.get("decode") in LEGACY_DECODE:  # presets saved before engine v2
-        values["decode"] = LEGACY_DECODE[values["decode"]]
-    if values.get("prompt_revive", True) in (None, 0):  # once a cap per layer: none, or never
-        values["prompt_revive"] = values["prompt_revive"] is None
-    elif not isinstance(values.get("prompt_revive", True), bool):
+    """A saved config (fields it lacks take LazyConfig's defaults); one that sets a knob
+    LazyConfig does not have is refused rather than run as something else."""
+    known = {f.name for f in fields(LazyConfig)}
+    unknown = sorted(set(entry) - known)
+    if unknown:
         raise LazymlxError(
-            f"a saved preset caps prompt_revive at {values['prompt_revive']}, a knob lazymlx no "
-            "longer has; calibrate the model again (lazymlx calibrate) or delete that preset"
+            f"a saved preset sets {', '.join(unknown)}, which lazymlx does not have; calibrate "
+            "the model again (lazymlx calibrate) or delete that preset"
         )
-    return LazyConfig(**values)
+    return LazyConfig(**entry)
 
 
 def preset_names(model: str) -> list[str]:

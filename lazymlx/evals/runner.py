@@ -27,7 +27,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import common_prefix_len
 
 from lazymlx.contexts import Context, load_context, new_cache, save_context
-from lazymlx.engine.complete import complete
+from lazymlx.engine.complete import complete_all
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
@@ -146,7 +146,7 @@ def _run_followup(
     for response in run_turn(model, tokenizer, context, first, max_tokens=answer_tokens, lazy=lazy):
         first_ttft = first_ttft or response.ttft_s
     idle = completes(lazy)
-    spent = _timed(lambda: complete(context.cache, lazy)) if idle else 0.0
+    spent = _timed(lambda: complete_all(context.cache, lazy)) if idle else 0.0
     if case.kind == "kept-file":
         context = _saved_and_loaded(context, model, lazy, whole=idle)
     turn = run_turn(
