@@ -446,3 +446,26 @@ $lazymlx calibrate -m $m --families summary,question,second-turn,completion --le
 $lazymlx eval -m $m --split validation --families open --lengths 512,1k,2k --cases 1 --lazy default --reference \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_2k_floor.json
+#    Open-ended answers at 2k and 4k on Qwen; Gemma 3's floor (issue 53, 2026-11-27, later)
+m=qwen2.5-coder-0.5b
+$lazymlx calibrate -m $m --families summary,question,second-turn,completion --lengths 2k --cases 2 \
+  --candidates "0.5@24% 0.3@57% min1024 sparse,0.5@24% 0.3@57% min1024,0.7@24% 0.3@57% min1024 sparse" \
+  --no-save --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+$lazymlx calibrate -m $m --families summary,question --lengths 2k --cases 2 \
+  --candidates "0.3@57% min1024 sparse,0.2@67% min1024 sparse" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+$lazymlx calibrate -m $m --families summary,question --lengths 4k --cases 1 \
+  --candidates "0.5@24% 0.3@57% min1024 sparse" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+#    (the choice: prompts under 4,096 tokens run whole, min_prompt 4096 in Qwen's shipped default)
+$lazymlx bench -m $m -l 2k --lazy default,fast -n 16 -r 1 -o json > $results/models/$m/bench_2k_gate.json
+m=gemma3-270m
+C="0.5@24% 0.3@57% sparse,0.5@24% 0.3@57% min512 sparse,0.5@24% 0.3@57% min1024 sparse"
+$lazymlx calibrate -m $m --families completion --lengths 512,1k,2k --cases 2 --candidates "$C" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+$lazymlx calibrate -m $m --families scored --lengths 512 --cases 2 --candidates "$C" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+#    (the choice, min1024, shipped as Gemma's default)
+$lazymlx eval -m $m --split validation --families completion --lengths 512,1k,2k --cases 2 --lazy default --reference \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
+$lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_2k_floor.json
