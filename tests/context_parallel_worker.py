@@ -20,22 +20,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import distributed_worker  # beside this file: the tensor-parallel worker
 import mlx.core as mx
 import numpy as np
 
 from lazymlx import LazyConfig, LazyState, context_parallel
 
-PRUNING = LazyConfig(
-    schedule=((0.25, 0.5), (0.5, 0.5)),
-    keep_first=2,
-    window=4,
-    pool=2,
-    decode="revive",
-    revive=4,
-    revive_steps=None,
-    min_prompt=0,
-    complete="off",
-)
+# tests/distributed_worker.py's, without idle completion (its own config here: "exact")
+PRUNING = replace(distributed_worker.PRUNING, complete="off")
 CONFIGS = {
     "off": LazyConfig(),
     "pruning": PRUNING,
