@@ -82,8 +82,9 @@ def masks(args: argparse.Namespace) -> None:
 
 
 def chain_rank(args: argparse.Namespace) -> None:
-    """One rank (under mlx.launch) or one process: generate twice (a warm-up, then timed);
-    rank 0 writes what it kept and its TTFT, every rank what it sent in the timed step."""
+    """One rank (under mlx.launch) or one process: generate --runs times (warm-ups, then the
+    timed run); rank 0 writes what it kept and its TTFT, every rank what it sent in the timed
+    step."""
     joined = distributed.join() if "MLX_RANK" in os.environ else None
     if joined is not None:
         from lazymlx import collectives
@@ -101,7 +102,7 @@ def chain_rank(args: argparse.Namespace) -> None:
     prompt = bench_prompt(tokenizer, "passkey", parse_lengths(args.lengths)[0]).tokens
     config = resolve_preset(args.lazy, args.model)
     with context_parallel.lead():
-        for _ in range(2):
+        for _ in range(args.runs):  # the last one timed, after warm-ups
             state = LazyState(model)
             state.record = []
             responses = list(
@@ -179,7 +180,7 @@ def chain(args: argparse.Namespace) -> None:
     """One process, then each group size; the table of what matched and what was sent."""
     here = Path(tempfile.mkdtemp(prefix="cp_chain_"))  # the ranks' own files
     script = [sys.executable, __file__, "chain-rank", "-m", args.model, "-l", args.lengths]
-    script += ["--lazy", args.lazy, "--gen-len", str(args.gen_len)]
+    script += ["--lazy", args.lazy, "--gen-len", str(args.gen_len), "--runs", str(args.runs)]
     runs = {}
     for ranks in [1, *map(int, args.ranks.split(","))]:
         out = here / f"ranks{ranks}"
@@ -193,6 +194,7 @@ def chain(args: argparse.Namespace) -> None:
     alone = runs[1][0]
     table = {"model": args.model, "lazy": args.lazy, "prompt_tokens": alone["prompt_tokens"]}
     table |= {"machine": MACHINE, "gen_len": args.gen_len, "tokens": alone["tokens"]}
+    table["runs"] = f"{args.runs} per group size, the last timed"
     table["kept_per_layer"] = [len(p) for p in runs[max(runs)][0]["carried"]]  # the chain's step
     table["one_process_ttft_s"] = alone["ttft_s"]
     for ranks, ranked in runs.items():
@@ -498,6 +500,7 @@ def main() -> None:
     parser.add_argument("--output", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--gen-len", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=2, help="chain: runs, the last timed")
     parser.add_argument("--ranks", default="2")
     parser.add_argument("--masks", default=None)
     args = parser.parse_args()
