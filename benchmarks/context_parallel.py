@@ -31,10 +31,13 @@ import lazymlx  # first: it binds OpenBLAS, which only works before anything imp
 
 # isort: split
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +53,7 @@ from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import bench_prompt
 from lazymlx.lengths import parse_lengths
 
+MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"
 LATENCY_S = 100e-6  # per message (Thunderbolt/Ethernet TCP, the issue's figure)
 BANDWIDTH = 8e9  # bytes per second
 
@@ -78,8 +82,9 @@ def masks(args: argparse.Namespace) -> None:
 
 
 def chain_rank(args: argparse.Namespace) -> None:
-    """One rank (under mlx.launch) or one process: generate twice (a warm-up, then timed);
-    rank 0 writes what it kept and its TTFT, every rank what it sent in the timed step."""
+    """One rank (under mlx.launch) or one process: generate --runs times (warm-ups, then the
+    timed run); rank 0 writes what it kept and its TTFT, every rank what it sent in the timed
+    step."""
     joined = distributed.join() if "MLX_RANK" in os.environ else None
     if joined is not None:
         from lazymlx import collectives
@@ -97,7 +102,7 @@ def chain_rank(args: argparse.Namespace) -> None:
     prompt = bench_prompt(tokenizer, "passkey", parse_lengths(args.lengths)[0]).tokens
     config = resolve_preset(args.lazy, args.model)
     with context_parallel.lead():
-        for _ in range(2):
+        for _ in range(args.runs):  # the last one timed, after warm-ups
             state = LazyState(model)
             state.record = []
             responses = list(
@@ -106,16 +111,28 @@ def chain_rank(args: argparse.Namespace) -> None:
                 )
             )
     result = {
+        "prompt_tokens": len(prompt),
         "tokens": [r.token for r in responses],
         "ttft_s": responses[0].ttft_s,
         "carried": [positions for _, positions in state.record[: state.num_layers]],
-        "depths": np.array(state.aux.depths()).tolist(),
+        "computed": computed(state.record, state.num_layers, len(prompt)),
+        "depths": np.array(state.aux.depths()[: len(prompt)]).tolist(),
     }
     if chain is not None:
         plan = chain.plan
         result |= {"messages": chain.traffic.messages, "times": chain.times}
         result |= {"bounds": plan.bounds, "window": plan.window, "decisions": plan.decisions}
     (out / "rank0.json").write_text(json.dumps(result))
+
+
+def computed(record, layers: int, prompt: int) -> list[list[int]]:
+    """The prompt positions computed at each layer over the whole run (the prompt step's, and
+    any a decode step revived): one process's stock prefill leaves the prompt's last token to
+    the first decode step, so its prompt step alone is not the chain's."""
+    out = [set() for _ in range(layers)]
+    for layer, positions in record:
+        out[layer].update(p for p in positions if p < prompt)
+    return [sorted(p) for p in out]
 
 
 def expected_bytes(
@@ -142,35 +159,54 @@ def expected_bytes(
     return out
 
 
+def run_ranks(command: list[str], ranks: int, timeout: float = 3600) -> None:
+    """`command` in one process (ranks 1) or as `ranks` ranks of mlx.launch on loopback (ring
+    backend, free ports), in its own process group, every process of it ended afterwards."""
+    if ranks > 1:
+        launch = [sys.executable.replace("python", "mlx.launch"), "-n", str(ranks)]
+        launch += ["--backend", "ring", "--starting-port", str(distributed.free_ports(ranks))]
+        command = [*launch, "--python", sys.executable, *command[1:]]
+    process = subprocess.Popen(command, start_new_session=True)
+    try:
+        if process.wait(timeout=timeout):
+            raise SystemExit(f"{' '.join(command)} exited with {process.returncode}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def chain(args: argparse.Namespace) -> None:
     """One process, then each group size; the table of what matched and what was sent."""
-    here = Path(args.output).with_suffix("")
-    here.mkdir(parents=True, exist_ok=True)
+    here = Path(tempfile.mkdtemp(prefix="cp_chain_"))  # the ranks' own files
     script = [sys.executable, __file__, "chain-rank", "-m", args.model, "-l", args.lengths]
-    script += ["--lazy", args.lazy, "--gen-len", str(args.gen_len)]
+    script += ["--lazy", args.lazy, "--gen-len", str(args.gen_len), "--runs", str(args.runs)]
     runs = {}
     for ranks in [1, *map(int, args.ranks.split(","))]:
         out = here / f"ranks{ranks}"
         out.mkdir(exist_ok=True)
-        launch = [sys.executable.replace("python", "mlx.launch"), "-n", str(ranks)]
-        launch += ["--backend", "ring", "--starting-port", str(distributed.free_ports(ranks))]
-        command = [*script, "--out", str(out)]
-        if ranks > 1:
-            command = [*launch, "--python", sys.executable, *command[1:]]
-        subprocess.run(command, check=True, timeout=3600)
+        run_ranks([*script, "--out", str(out)], ranks)
         runs[ranks] = {
             r: json.loads((out / f"rank{r}.json").read_text()) for r in range(max(ranks, 1))
         }
     model, _ = lazymlx.load(args.model)
     adapter = LazyState(model).adapter
     alone = runs[1][0]
-    table = {"model": args.model, "lazy": args.lazy, "tokens": len(alone["depths"])}
+    table = {"model": args.model, "lazy": args.lazy, "prompt_tokens": alone["prompt_tokens"]}
+    table |= {"machine": MACHINE, "gen_len": args.gen_len, "tokens": alone["tokens"]}
+    table["runs"] = f"{args.runs} per group size, the last timed"
+    table["kept_per_layer"] = [len(p) for p in runs[max(runs)][0]["carried"]]  # the chain's step
     table["one_process_ttft_s"] = alone["ttft_s"]
     for ranks, ranked in runs.items():
         if ranks == 1:
             continue
         lead = ranked[0]
-        same = lead["tokens"] == alone["tokens"] and lead["carried"] == alone["carried"]
+        checks = {
+            "same_tokens": lead["tokens"] == alone["tokens"],
+            "same_kept_rows": lead["computed"] == alone["computed"],
+            "same_depths": lead["depths"] == alone["depths"],
+        }
+        same = all(checks.values())
         expected = expected_bytes(
             adapter, lead["carried"], lead["bounds"], lead["window"], lead["decisions"]
         )
@@ -195,7 +231,8 @@ def chain(args: argparse.Namespace) -> None:
         # tensor parallelism: two all_sums of (tokens reaching the layer × hidden) fp32 per rank
         tp = sum(2 * len(p) * adapter.hidden_size * 4 for p in lead["carried"])
         table[f"ranks{ranks}"] = {
-            "same_tokens_and_kept_rows": same,
+            **checks,
+            "same_as_one_process": same,
             "ttft_s": lead["ttft_s"],
             "bounds": lead["bounds"],
             "per_rank": rows,
@@ -204,7 +241,14 @@ def chain(args: argparse.Namespace) -> None:
             "chain_total_bytes_vs_tp_total": sum(r["bytes"] for r in rows) / (tp * ranks),
         }
     Path(args.output).write_text(json.dumps(table, indent=1))
-    print(json.dumps(table, indent=1))
+    shown = "; ".join(
+        f"{r}: {v['ttft_s']:.1f} s, same {v['same_as_one_process']}"
+        for r, v in table.items()
+        if r.startswith("ranks")
+    )
+    kept = table["kept_per_layer"][-1]
+    print(f"{args.model} {args.lazy}, {table['prompt_tokens']} tokens ({kept} at the last layer):")
+    print(f"one process {alone['ttft_s']:.1f} s; {shown}")
 
 
 # model: the critical path, replayed
@@ -256,14 +300,39 @@ def spread_masks(config, tokens: int, layers: int) -> list[np.ndarray]:
     return out
 
 
-def replay_chain(carried, bounds, cost, adapter, decisions, window) -> float:
+def message(size: int) -> float:
+    return LATENCY_S + size / BANDWIDTH if size else 0.0
+
+
+def recut(positions, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
+    """Slice bounds (in positions) that balance the carried tokens themselves: `partition` over
+    the tokens still carried, not the schedule's average over the whole prompt."""
+    at = np.asarray(positions)
+    cut = partition(at.size, ranks, token_cost, pair_cost)
+    return [0, *(int(at[i]) for i in cut[1:-1]), int(at[-1]) + 1]
+
+
+def moved(positions, before: list[int], after: list[int]) -> list[int]:
+    """Tokens that cross each boundary between neighbours when the slices change."""
+    at = np.asarray(positions)
+    owner = lambda bounds: np.searchsorted(bounds, at, side="right") - 1  # noqa: E731
+    old, new = owner(before), owner(after)
+    return [int(((old <= b) != (new <= b)).sum()) for b in range(len(before) - 2)]
+
+
+def replay_chain(
+    carried, bounds, cost, adapter, decisions, window, recutting: tuple[float, float] | None = None
+) -> float:
     """The time rank 0 has its logits and every Aux slot: each rank receives a layer's rows,
-    computes its slice, forwards; at a pruning layer the mask goes back along the ring."""
+    computes its slice, forwards; at a pruning layer the mask goes back along the ring.
+
+    recutting (token_cost, pair_cost; not built in the chain): after each keep decision the
+    slices are cut again to balance the tokens still carried, the tokens that change slices
+    moving their hidden states (fp32) between neighbours, all ranks waiting for the largest
+    move before the next layer."""
     ranks, row = len(bounds) - 1, 2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4
-
-    def message(size: int) -> float:
-        return LATENCY_S + size / BANDWIDTH if size else 0.0
-
+    if recutting is not None:  # the first cut balances the whole prompt's layers too
+        bounds = recut(carried[0], ranks, *recutting)
     ready = [0.0] * ranks
     for layer, positions in enumerate(carried):
         at = np.asarray(positions)
@@ -283,6 +352,11 @@ def replay_chain(carried, bounds, cost, adapter, decisions, window) -> float:
         if layer in decisions:
             for p in range(ranks - 1):
                 ready[p] = max(ready[p], ready[-1] + (p + 1) * message(at.size))
+            if recutting is not None and layer + 1 < len(carried):
+                after = recut(carried[layer + 1], ranks, *recutting)
+                crossing = moved(carried[layer + 1], bounds, after)
+                move = max(message(n * adapter.hidden_size * 4) for n in crossing)
+                ready, bounds = [max(ready) + move] * ranks, after
     last = set(np.asarray(carried[-1]).tolist())
     gone = [i for i in range(bounds[-1]) if i not in last]
     gathered = 0.0
@@ -348,19 +422,91 @@ def ttft_model(args: argparse.Namespace) -> None:
     Path(args.output).write_text(json.dumps(table, indent=1))
 
 
+# imbalance: what real keep masks do to the slices
+
+
+def slice_counts(positions, bounds: list[int]) -> list[int]:
+    """How many of the positions fall in each slice."""
+    return np.histogram(np.asarray(positions), bins=bounds)[0].tolist()
+
+
+def imbalance(args: argparse.Namespace) -> None:
+    """Per group size: the slices the chain cuts (its own timed costs, weighted by the
+    schedule), each rank's share of the tokens carried past the first pruning layer and of the
+    work after it (block times fitted here), and the modelled TTFT as shipped against re-cutting
+    the slices at every pruning layer (not built), beside one process's pruned TTFT."""
+    model, _ = lazymlx.load(args.model)
+    state = LazyState(model)
+    adapter, layers = state.adapter, state.num_layers
+    config = resolve_preset(args.lazy, args.model)
+    real = json.loads(Path(args.masks).read_text())
+    carried, tokens = [np.array(p) for p in real["carried"]], real["tokens"]
+    timed = context_parallel.timed_costs(state)  # what the chain cuts by, timed here
+    weighted = weighted_costs(config, layers, *timed)
+    c0, c_tok, c_pair = fit_block(model)
+
+    def cost(queries: int, earlier: int) -> float:
+        return c0 + c_tok * queries + c_pair * (queries * earlier + queries * (queries + 1) / 2)
+
+    decisions = sorted(x for x in config.pruning_layers(layers) if x < layers - 1)
+    past = decisions[0] + 1  # the first layer after a keep decision
+    one = sum(cost(len(p), 0) for p in carried)
+    table = {"model": args.model, "lazy": args.lazy, "tokens": tokens, "machine": MACHINE}
+    table |= {"fit": [c0, c_tok, c_pair], "timed_costs": list(timed), "decisions": decisions}
+    table |= {"link": {"latency_s": LATENCY_S, "bytes_per_s": BANDWIDTH}, "rows": []}
+    table["one_process_pruned_s"] = one
+    for ranks in map(int, args.ranks.split(",")):
+        bounds = partition(tokens, ranks, *weighted)
+        held = slice_counts(carried[past], bounds)
+        work = np.zeros(ranks)  # each rank's compute in the layers after the first prune
+        slowest = 0.0  # the sum over those layers of the slowest rank's compute
+        for positions in carried[past:]:
+            earlier = np.cumsum([0, *slice_counts(positions, bounds)])
+            per = [cost(n, int(earlier[p])) for p, n in enumerate(slice_counts(positions, bounds))]
+            work, slowest = work + per, slowest + max(per)
+        shipped = replay_chain(carried, bounds, cost, adapter, decisions, config.window)
+        cut = replay_chain(
+            carried, bounds, cost, adapter, decisions, config.window, (c_tok, c_pair)
+        )
+        row = {
+            "ranks": ranks,
+            "bounds": bounds,
+            "carried_past_first_prune": held,
+            "rank0_share_of_carried": held[-1] / sum(held),
+            "work_after_first_prune_s": work.tolist(),
+            "slowest_vs_mean_after_first_prune": slowest / work.mean() if work.any() else 1.0,
+            "chain_s": shipped,
+            "recut_s": cut,
+            "chain_vs_one_pruned": shipped / one,
+            "recut_vs_one_pruned": cut / one,
+        }
+        table["rows"].append(row)
+        print(
+            f"{ranks} ranks, slices {np.diff(bounds).tolist()}: rank 0 holds {held[-1]} of "
+            f"{sum(held)} carried past layer {past - 1} ({row['rank0_share_of_carried']:.0%}); "
+            f"after it the slowest rank's layers take {row['slowest_vs_mean_after_first_prune']:.2f}x"
+            f" the mean; chain {shipped:.1f} s ({shipped / one:.2f}x one process's pruned "
+            f"{one:.1f} s), re-cut {cut:.1f} s ({cut / one:.2f}x)"
+        )
+    Path(args.output).write_text(json.dumps(table, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("job", choices=["masks", "chain", "chain-rank", "model"])
+    parser.add_argument("job", choices=["masks", "chain", "chain-rank", "model", "imbalance"])
     parser.add_argument("-m", "--model", default="smollm2-135m")
     parser.add_argument("-l", "--lengths", default="2k")
     parser.add_argument("--lazy", default="default")
     parser.add_argument("--output", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--gen-len", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=2, help="chain: runs, the last timed")
     parser.add_argument("--ranks", default="2")
     parser.add_argument("--masks", default=None)
     args = parser.parse_args()
-    {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}[args.job](args)
+    jobs = {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}
+    jobs["imbalance"] = imbalance
+    jobs[args.job](args)
 
 
 if __name__ == "__main__":

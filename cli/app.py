@@ -25,13 +25,12 @@ from lazymlx.cli.console import (
     warnings_as_lines,
     write_text,
 )
-from lazymlx.cli.loading import load_model, preflight
+from lazymlx.cli.loading import RANK_ENV, Parallel, in_group, join_parallel, load_model, preflight
 from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.models.registry import DEFAULT_MODEL, REGISTRY
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
-RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
 # what runs under mlx.launch, one rank per process (the other commands write files, which every
 # rank would do at once, or read a terminal, which mlx.launch never hands over)
 GROUP_COMMANDS = ("generate", "chat", "serve", "bench")
@@ -115,16 +114,6 @@ Lazy = Annotated[
 ]
 
 
-Parallel = Annotated[
-    str,
-    typer.Option(
-        "--parallel",
-        help="Under mlx.launch: 'tensor' splits the model over the ranks; 'context' gives "
-        "each rank the whole model and a slice of a long prompt (docs/distributed.md).",
-    ),
-]
-
-
 GeneratePrompt = Annotated[
     str | None, typer.Option("--prompt", "-p", help="The prompt; '-' reads stdin.")
 ]
@@ -155,26 +144,6 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
     # each rank reads its machine's saved presets: one that lacks this preset says so
     config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
     return None if preset == "off" and context_parallel.chain() is None else config
-
-
-def _parallel(parallel: str, model: str) -> None:
-    """--parallel context under mlx.launch: the group runs prompt steps as a chain
-    (lazymlx/context_parallel.py) instead of sharding the model. Rank 0 goes on with the
-    command alone; every other rank loads the whole model, runs its slice of each prompt rank 0
-    starts, and ends here when rank 0 is done."""
-    if parallel not in ("tensor", "context"):
-        raise LazymlxError(f"--parallel is tensor or context, got {parallel!r}")
-    if parallel == "tensor" or not _in_group():
-        return
-    from lazymlx import collectives, context_parallel
-
-    group = collectives.group()
-    collectives.set_group(None)  # the engine runs as one process on every rank
-    context_parallel.join(group)
-    if group.rank() != 0:
-        loaded, _ = load_model(model)
-        context_parallel.follow(loaded)
-        raise typer.Exit(0)
 
 
 def _calibration_note(preset: str, model: str) -> str | None:
@@ -300,17 +269,8 @@ def _check_continues(saved: list[int], prompt: list[int], path: str) -> None:
         )
 
 
-def _in_group() -> bool:
-    """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
-    if RANK_ENV not in os.environ:
-        return False
-    from lazymlx import collectives, context_parallel
-
-    return collectives.group() is not None or context_parallel.chain() is not None
-
-
 def _prompt_from_stdin() -> str:
-    if _in_group():
+    if in_group():
         raise LazymlxError(
             "under mlx.launch the prompt can't come from stdin or a terminal (mlx.launch never "
             "closes the ranks' stdin); pass it with -p TEXT"
@@ -384,7 +344,7 @@ def chat(
     prompt = _one_message(prompt, model)
     if prompt_cache_file:
         on_leader(check_save_path, prompt_cache_file)
-    _parallel(parallel, model)
+    join_parallel(parallel, model)
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
     note, first = _first_use_note(lazy, model, loaded, quiet)
@@ -479,7 +439,7 @@ def generate(
     prompt = _prompt_text(prompt, raw, system)
     if prompt_cache_file and not readonly:
         on_leader(check_save_path, prompt_cache_file)
-    _parallel(parallel, model)
+    join_parallel(parallel, model)
     config = _lazy_config(lazy, model)
     loaded_model, tokenizer = load_model(model)
     note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
@@ -708,7 +668,7 @@ def serve(
     from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
 
-    _parallel(parallel, model)
+    join_parallel(parallel, model)
     config = _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
     with sock or contextlib.nullcontext():
@@ -830,7 +790,7 @@ def main(argv: list[str] | None = None) -> None:
         error_line(str(error))
         sys.exit(1)
     except RuntimeError as error:  # a rank of the group gone: this one's line, then it stops
-        if not _in_group():
+        if not in_group():
             raise
         from lazymlx import distributed
 

@@ -1,12 +1,29 @@
 """Loading the model a command names: a .gguf the import can't convert refused first, then the
-model loaded (converted where needed, with a progress bar), split over the group under mlx.launch.
+model loaded (converted where needed, with a progress bar), split over the group under mlx.launch
+or, with --parallel context, whole on every rank of a chain.
 
 Its own module so that every command's module (cli/app.py, cli/measure.py) imports it, not each
 other."""
 
 from __future__ import annotations
 
+import os
+from typing import Annotated
+
+import typer
+
 from lazymlx.cli.console import conversion_progress
+from lazymlx.errors import LazymlxError
+
+RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
+Parallel = Annotated[
+    str,
+    typer.Option(
+        "--parallel",
+        help="Under mlx.launch: 'tensor' splits the model over the ranks; 'context' gives "
+        "each rank the whole model and a slice of a long prompt (docs/distributed.md).",
+    ),
+]
 
 
 def preflight(model: str) -> None:
@@ -30,3 +47,32 @@ def load_model(model: str):
 
     with conversion_progress() as progress:
         return load(model, progress=progress, group=collectives.group())
+
+
+def in_group() -> bool:
+    """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
+    if RANK_ENV not in os.environ:
+        return False
+    from lazymlx import collectives, context_parallel
+
+    return collectives.group() is not None or context_parallel.chain() is not None
+
+
+def join_parallel(parallel: str, model: str) -> None:
+    """--parallel context under mlx.launch: the group runs prompt steps as a chain
+    (lazymlx/context_parallel.py) instead of sharding the model. Rank 0 goes on with the
+    command alone; every other rank loads the whole model, runs its slice of each prompt rank 0
+    starts, and ends here when rank 0 is done."""
+    if parallel not in ("tensor", "context"):
+        raise LazymlxError(f"--parallel is tensor or context, got {parallel!r}")
+    if parallel == "tensor" or not in_group():
+        return
+    from lazymlx import collectives, context_parallel
+
+    group = collectives.group()
+    collectives.set_group(None)  # the engine runs as one process on every rank
+    context_parallel.join(group)
+    if group.rank() != 0:
+        loaded, _ = load_model(model)
+        context_parallel.follow(loaded)
+        raise typer.Exit(0)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from lazymlx.cli.console import err
+from lazymlx.cli.loading import Parallel
 from lazymlx.cli.report import (
     Column,
     check_format,
@@ -110,29 +111,129 @@ def bench(
         ),
     ] = "passkey",
     output: Output = "md",
+    parallel: Parallel = "tensor",
 ) -> None:
-    """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length."""
+    """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length.
+
+    Under mlx.launch with --parallel context every preset runs twice, on rank 0 alone (one
+    process) and on the chain of all ranks, side by side; rank 0 prints the table.
+    """
     from lazymlx.evals.bench import bench as run_bench
     from lazymlx.evals.measure import strategy
 
     check_format(output)
     lengths = parse_lengths(prompt_len)
-    strategies = [strategy(name, model) for name in _presets(lazy)]
+    presets = [strategy(name, model) for name in _presets(lazy)]
+    ranks = _bench_group(parallel, model, presets, lengths)
     loaded, tokenizer = _load(model)
+    strategies, where = _beside_the_chain(loaded, presets, ranks)
     total = len(lengths) * (1 + len(strategies)) * (repeats + 1)
     with run_progress(total) as advance:
         rows = run_bench(
-            loaded, tokenizer, lengths, strategies, prompt, gen_len, repeats, on_run=advance
-        )
+            loaded, tokenizer, lengths, strategies, prompt, gen_len, repeats, on_run=advance,
+            where=where,
+        )  # fmt: skip
     head = _header(
-        model,
-        strategies,
-        prompt=prompt,
-        gen_len=gen_len,
-        repeats=repeats,
-        warmup="1 per mode, at the timed length",
-    )
-    emit(output, head, rows, BENCH_COLUMNS)
+        model, presets, prompt=prompt, gen_len=gen_len, repeats=repeats,
+        warmup="1 per mode, at the timed length", **_parallel_note(parallel, ranks),
+    )  # fmt: skip
+    columns = CHAIN_COLUMNS if ranks else BENCH_COLUMNS
+    emit(output, head, _against_one_process(rows, ranks), columns)
+
+
+CHAIN_COLUMNS: list[Column] = [
+    *BENCH_COLUMNS[:1],
+    ("ranks", "ranks", str),
+    *BENCH_COLUMNS[1:],
+    ("vs_one_process", "TTFT vs 1 process", lambda v: "—" if v is None else ratio(v)),
+    ("same_as_one_process", "= 1 process", yes_no),
+]
+
+
+def _bench_group(parallel: str, model: str, presets, lengths: list[int]) -> int:
+    """With --parallel context under mlx.launch: the chain's size, once joined (the other ranks
+    follow rank 0's prompt steps and end here), after refusing in one line what a chain can't
+    time; else 0 (one process, or a tensor-parallel group, which bench runs as it is)."""
+    from lazymlx.cli.loading import in_group, join_parallel
+
+    ranks = 0
+    if parallel == "context":
+        if not in_group():
+            raise LazymlxError(
+                "bench --parallel context times a chain of ranks beside one process: run it "
+                "under mlx.launch with 2 or more ranks (docs/distributed.md)"
+            )
+        if not presets:
+            raise LazymlxError(
+                "bench --parallel context times presets on the chain; --lazy none leaves none "
+                "(stock mlx-lm runs on rank 0 alone)"
+            )
+        from lazymlx import collectives
+        from lazymlx.context_parallel import MIN_SLICE
+
+        ranks = collectives.group().size()
+        if min(lengths) < MIN_SLICE * ranks:
+            raise LazymlxError(
+                f"a {min(lengths)}-token prompt is too short for a chain of {ranks} ranks, which "
+                f"runs prompts of at least {MIN_SLICE * ranks} tokens ({MIN_SLICE} a rank); "
+                "pass a longer --prompt-len"
+            )
+    join_parallel(parallel, model)
+    return ranks
+
+
+def _beside_the_chain(loaded, presets, ranks: int):
+    """On a chain (ranks > 0) each preset twice, on rank 0 alone and on the chain, and where
+    each runs; else the presets as they are, run where the command runs."""
+    from contextlib import nullcontext
+
+    from lazymlx import context_parallel
+    from lazymlx.engine.cache import LazyState
+    from lazymlx.evals.measure import Strategy
+
+    if not ranks:
+        return presets, None
+    context_parallel.check_model(LazyState(loaded))  # refused before any run
+    chained = [Strategy(f"{s.mode} on {ranks} ranks", s.config) for s in presets]
+    on_chain = {s.mode for s in chained}
+
+    def where(strategy):
+        return nullcontext() if strategy.mode in on_chain else context_parallel.alone()
+
+    return [s for pair in zip(presets, chained, strict=True) for s in pair], where
+
+
+def _against_one_process(rows: list[dict], ranks: int) -> list[dict]:
+    """Each chain row with its ranks, its TTFT against one process's with the same preset, and
+    whether its answer is one process's; the other rows with 1 rank (no chain: as they are)."""
+    if not ranks:
+        return rows
+    alone = {(row["prompt_tokens"], row["mode"]): row for row in rows}
+    suffix = f" on {ranks} ranks"
+    for row in rows:
+        one = alone.get((row["prompt_tokens"], row["mode"].removesuffix(suffix)))
+        chained = row["mode"].endswith(suffix)
+        row["ranks"] = ranks if chained else 1
+        row["vs_one_process"] = one["ttft_s"] / row["ttft_s"] if chained else None
+        row["same_as_one_process"] = one["text"] == row["text"] if chained else None
+    return rows
+
+
+def _parallel_note(parallel: str, ranks: int) -> dict:
+    """The header's line on where the rows ran (none: one process)."""
+    from lazymlx.cli.loading import in_group
+
+    if ranks:
+        return {
+            "parallel": f"context: each preset on rank 0 alone and on a chain of {ranks} ranks "
+            "(every rank the whole model); stock on rank 0 alone"
+        }
+    if in_group():
+        from lazymlx import collectives
+
+        size = collectives.group().size()
+        return {"parallel": f"tensor: the model split over {size} ranks, every row"}
+    return {}
 
 
 def accuracy_cell(row: dict) -> str:

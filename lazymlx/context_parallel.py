@@ -268,6 +268,18 @@ def lead() -> Iterator[None]:
         stop()
 
 
+@contextmanager
+def alone() -> Iterator[None]:
+    """On rank 0: its prompt steps run here alone meanwhile, as in one process (the other ranks
+    wait for the next header), e.g. to time one process beside the chain (`lazymlx bench`)."""
+    global _chain
+    held, _chain = _chain, None
+    try:
+        yield
+    finally:
+        _chain = held
+
+
 def stop() -> None:
     """On rank 0: tell the other ranks to stop following, once (a lost connection meanwhile is
     no news: they are gone already)."""

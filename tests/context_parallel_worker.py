@@ -1,12 +1,14 @@
 """One rank of tests/test_context_parallel.py, as mlx.launch runs it (or one process, for reference).
 
-    context_parallel_worker.py MODEL OUT_DIR PROMPT_TOKENS CONFIGS [PROMPT_SEED]
+    context_parallel_worker.py MODEL OUT_DIR PROMPT CONFIGS [PROMPT_SEED]
 
 Every rank loads MODEL whole and joins the chain (lazymlx/context_parallel.py); rank 0 generates
-greedily for each config named in CONFIGS (comma-separated: off, pruning, static), a
-second turn over the same context (on rank 0 alone), and writes what it kept to
-OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the other ranks follow.
-Run without mlx.launch it is the one-process reference.
+greedily for each config named in CONFIGS (comma-separated: off, pruning, static, or a
+preset of MODEL's such as fast), a second turn over the same context (on rank 0 alone), and
+writes what it kept to OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the
+other ranks follow. PROMPT is a count of random tokens, or passkey:COUNT for the bench's passkey
+prompt of about COUNT tokens (a real model's). Run without mlx.launch it is the one-process
+reference.
 """
 
 from __future__ import annotations
@@ -20,22 +22,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import distributed_worker  # beside this file: the tensor-parallel worker
 import mlx.core as mx
 import numpy as np
 
 from lazymlx import LazyConfig, LazyState, context_parallel
+from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.bench import bench_prompt
 
-PRUNING = LazyConfig(
-    schedule=((0.25, 0.5), (0.5, 0.5)),
-    keep_first=2,
-    window=4,
-    pool=2,
-    decode="revive",
-    revive=4,
-    revive_steps=None,
-    min_prompt=0,
-    complete="off",
-)
+# tests/distributed_worker.py's, without idle completion
+PRUNING = replace(distributed_worker.PRUNING, complete="off")
 CONFIGS = {
     "off": LazyConfig(),
     "pruning": PRUNING,
@@ -54,8 +50,8 @@ def arrays(state: LazyState) -> dict[str, np.ndarray]:
     return out
 
 
-def run(model, tokenizer, prompt: list[int], name: str, out: Path) -> dict:
-    config = CONFIGS[name]
+def run(model, tokenizer, prompt: list[int], name: str, out: Path, model_path: str) -> dict:
+    config = CONFIGS[name] if name in CONFIGS else resolve_preset(name, model_path)
     state = LazyState(model)
     state.record = []
     first = list(
@@ -75,7 +71,7 @@ def run(model, tokenizer, prompt: list[int], name: str, out: Path) -> dict:
 
 
 def main() -> None:
-    model_path, out, length, names = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    model_path, out, length, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     seed = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     if "MLX_RANK" in os.environ:
         context_parallel.join(mx.distributed.init(strict=True))
@@ -83,9 +79,14 @@ def main() -> None:
     if not context_parallel.leading() and context_parallel.chain() is not None:
         context_parallel.follow(model)
         return
-    prompt = np.random.default_rng(seed).integers(3, 250, size=length).tolist()
+    if length.startswith("passkey:"):
+        prompt = bench_prompt(tokenizer, "passkey", int(length.split(":")[1])).tokens
+    else:
+        prompt = np.random.default_rng(seed).integers(3, 250, size=int(length)).tolist()
     with context_parallel.lead():
-        result = {name: run(model, tokenizer, prompt, name, out) for name in names.split(",")}
+        result = {
+            name: run(model, tokenizer, prompt, name, out, model_path) for name in names.split(",")
+        }
     (out / "rank0.json").write_text(json.dumps(result))
 
 

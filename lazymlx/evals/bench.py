@@ -11,6 +11,7 @@ from __future__ import annotations
 import platform
 import statistics
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -95,16 +96,20 @@ def bench(
     gen_len: int = 128,
     repeats: int = 1,
     on_run: Callable[[str], None] | None = None,
+    where: Callable[[Strategy], AbstractContextManager] | None = None,
 ) -> list[dict]:
-    """One row per (length, strategy), the baseline first at each length."""
+    """One row per (length, strategy), the baseline first at each length; `where` gives the
+    context each strategy's runs happen in (a context-parallel group: the chain or rank 0 alone)."""
     strategies = [BASELINE_STRATEGY, *strategies]
+    where = where or (lambda _: nullcontext())
     rows = []
     for length in lengths:
         prompt = bench_prompt(tokenizer, prompt_kind, length)
         for strategy in strategies:
             if on_run:
                 on_run(f"{len(prompt.tokens)} tokens, warm-up {strategy.mode}")
-            run_once(model, tokenizer, prompt.tokens, 2, strategy.config)
+            with where(strategy):
+                run_once(model, tokenizer, prompt.tokens, 2, strategy.config)
         runs: dict[str, list[Run]] = {s.mode: [] for s in strategies}
         for repeat in range(repeats):
             for strategy in strategies:
@@ -112,9 +117,9 @@ def bench(
                     on_run(
                         f"{len(prompt.tokens)} tokens, {strategy.mode}, run {repeat + 1}/{repeats}"
                     )
-                runs[strategy.mode].append(
-                    run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
-                )
+                with where(strategy):
+                    run = run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
+                runs[strategy.mode].append(run)
         baseline = runs[BASELINE_STRATEGY.mode]
         rows += [_row(mode, mine, baseline, prompt) for mode, mine in runs.items()]
     return rows
