@@ -216,7 +216,8 @@ def test_bench_on_a_chain_outside_mlx_launch_is_one_error_line(monkeypatch, caps
     assert "under mlx.launch with 2 or more ranks" in err
 
 
-BENCH = ["-l", "600", "--lazy", "default,off", "-n", "3", "--output", "json"]
+# fast: the built-in default's 1,024-token floor would run a 600-token prompt whole
+BENCH = ["-l", "600", "--lazy", "fast,off", "-n", "3", "--output", "json"]
 
 
 def bench_errors(err: str) -> list[str]:
@@ -234,14 +235,14 @@ def test_bench_on_a_chain_times_each_preset_beside_one_process(six_layers):
     data = json.loads(out)
     assert data["parallel"].startswith("context: each preset on rank 0 alone and on a chain of 2")
     rows = data["rows"]
-    modes = ["lazy:default", "lazy:default on 2 ranks", "lazy:off", "lazy:off on 2 ranks"]
+    modes = ["lazy:fast", "lazy:fast on 2 ranks", "lazy:off", "lazy:off on 2 ranks"]
     assert [row["mode"] for row in rows] == ["baseline", *modes]
     assert [row["ranks"] for row in rows] == [1, 1, 2, 1, 2]
     for alone, chained in (rows[1:3], rows[3:5]):
         assert chained["same_as_one_process"] and alone["same_as_one_process"] is None
         assert chained["compute_fraction"] == alone["compute_fraction"]
         assert chained["vs_one_process"] == pytest.approx(alone["ttft_s"] / chained["ttft_s"])
-    assert rows[1]["compute_fraction"] < 1 == rows[3]["compute_fraction"]  # default prunes
+    assert rows[1]["compute_fraction"] < 1 == rows[3]["compute_fraction"]  # fast prunes
 
 
 @pytest.mark.slow
@@ -251,7 +252,7 @@ def test_bench_under_mlx_launch_in_tensor_mode_splits_the_model(tiny_model_dir):
     assert bench_errors(err) == [], err
     data = json.loads(out)
     assert data["parallel"] == "tensor: the model split over 2 ranks, every row"
-    assert [row["mode"] for row in data["rows"]] == ["baseline", "lazy:default", "lazy:off"]
+    assert [row["mode"] for row in data["rows"]] == ["baseline", "lazy:fast", "lazy:off"]
     assert data["rows"][2]["answer_matches_baseline"]
 
 
