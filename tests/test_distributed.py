@@ -262,7 +262,7 @@ def test_lazymlx_under_mlx_launch_writes_once_and_saves_a_context_for_its_group(
 ):
     context = tmp_path / "context.safetensors"
     generate = [str(BIN / "lazymlx"), "generate", "-m", str(tiny_model_dir), "--raw", "--json"]
-    prompt = ["-p", "the cat " * 150, "-n", "6"]  # pruned by the default preset
+    prompt = ["-p", "the cat " * 350, "-n", "6"]  # past the default preset's floor: pruned
     alone = json.loads(Launch(0, *generate, *prompt).finish(60)[0])
     out, err = Launch(2, *generate, *prompt, "--prompt-cache-file", str(context)).finish(180)
     assert error_lines(err) == [] and len(out.splitlines()) == 1, err
@@ -274,7 +274,7 @@ def test_lazymlx_under_mlx_launch_writes_once_and_saves_a_context_for_its_group(
         f"error: {context} holds the context of a group of 2 ranks; load it in a group of 2 "
         "(mlx.launch with 2 ranks)"
     ]
-    more = ["-p", "the cat " * 150 + "sat", "-n", "2", "--prompt-cache-file", str(context)]
+    more = ["-p", "the cat " * 350 + "sat", "-n", "2", "--prompt-cache-file", str(context)]
     out, err = Launch(2, *generate, *more).finish(180)
     assert error_lines(err) == [] and json.loads(out)["cached_tokens"] > 300, err
 
