@@ -737,7 +737,7 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("worst_family", "worst family", str),
     ("worst_family_share", "its share", _share),
     ("worst_family_bar", "its bar", _share),
-    ("worst_open_family", "worst open family", str),
+    ("worst_open_family", "worst open group", str),
     ("worst_open_gap", "its score vs the floor's", lambda v: "—" if v is None else f"{v:+.2f}"),
     ("meets_default", "default's bar", yes_no),
     ("meets_fast", "fast's bar", yes_no),
@@ -838,7 +838,9 @@ def calibrate(
     registry model's answers are cached) and the 8-bit reference (--no-reference skips it) once
     on every calibration case (by default 2 per family at 512, 3 at 1k and 2k, 1 at 4k and 8k),
     then the candidate schedules (each bare and with a floor of 1,024 kept tokens) one at a time, least work first, each dropped as soon as its losses can
-    no longer meet the bar; the first to meet it on every case ends the search. That is stock
+    no longer meet the bar; the first to meet it on every case ends the search. If none does,
+    each goes on behind a gate (the shorter lengths run whole) and the lowest gate one meets
+    gives the default. That is stock
     and the reference on every case plus about three candidate passes (Qwen2.5-Coder's
     calibration: 32% of the prompt steps of every candidate on every case). On 2 CPU cores
     stock Qwen2.5-Coder-0.5B takes about 23 s per 1k prompt tokens, so its default cases

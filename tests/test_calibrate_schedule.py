@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import lazymlx
 from lazymlx.cli.app import app
 from lazymlx.engine.config import PRESETS, LazyConfig
-from lazymlx.evals.calibrate import Bar, choose
+from lazymlx.evals.calibrate import Bar, candidate_config, choose
 from lazymlx.evals.measure import BASELINE
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import Record
@@ -161,6 +161,76 @@ def test_the_search_chooses_what_running_everything_chooses(seed: int):
         plan = _plan(cases, reference, bar)
         searched = choose(run_search(plan, Oracle(outcomes, stock_right)), bar)
         full = choose(Oracle(outcomes, stock_right).grid(plan), bar)
+        assert (searched.chosen, searched.fast) == (full.chosen, full.fast)
+
+
+def test_candidates_losing_short_prompts_are_chosen_behind_a_gate():
+    """Every candidate loses at 512 tokens: each goes on behind the lowest gate (prompts under
+    it run whole), running only the longer cases it had not run bare, and the search chooses
+    what the whole grid chooses."""
+    cases = _cases(lengths=(512, 1024, 2048))
+    short = {(c, mode): (False, None) for c in cases if c[1] == 512 for mode in SHARES}
+    oracle, plan = Oracle(short, {}), _plan(cases)
+    records = run_search(plan, oracle)
+    assert choose(records).chosen == choose(Oracle(short, {}).grid(plan)).chosen == "hard from1024"
+    hard = [case for case, mode in oracle.runs if mode == "hard"]
+    assert len(hard) == len(set(hard)) and [c[1] for c in hard[:2]] == [512, 512]  # dropped
+    assert set(hard[2:]) == {c for c in cases if c[1] > 512}  # then behind the gate
+    assert not any(mode in ("middle", "soft") and c[1] > 512 for c, mode in oracle.runs)
+    assert "under 1024 tokens" in standing(plan, records)["hard from1024"]
+    row = next(r for r in choose(records).frontier if r["mode"] == "hard from1024")
+    assert row["compute_fraction"] == pytest.approx((1.0 + 0.4 + 0.4) / 3)
+
+
+def test_the_gate_rises_past_every_length_a_candidate_loses():
+    cases = _cases(lengths=(512, 1024, 2048))
+    lost = {(c, "hard"): (False, None) for c in cases if c[1] < 2048 and c[2] == 0}
+    lost |= {(c, mode): (False, None) for c in cases if c[1] == 512 for mode in SHARES}
+    plan = _plan(cases)
+    records = run_search(plan, Oracle(lost, {}))
+    assert choose(records).chosen == "middle from1024"  # the lowest gate, then the cheapest
+    no_gate_helps = {(c, mode): (False, None) for c in cases for mode in SHARES if c[2] == 0}
+    records = run_search(plan, Oracle(no_gate_helps, {}))
+    assert choose(records).chosen is None and next_run(plan, records) is None
+    assert "behind a gate" in standing(plan, records)
+
+
+def test_open_answers_are_judged_at_every_length_not_only_pooled():
+    """Summaries 0.3 below the floor at 512 and stock's at 1k and 2k: 0.075 below pooled over
+    the family, inside the margin, but the 512 group fails it, so a gate decides."""
+    cases = _cases(families=(OPEN_FAMILY,), lengths=(512, 1024, 2048), seeds=2)
+    low = {(c, mode): (True, 0.7) for c in cases if c[1] == 512 for mode in SHARES}
+    plan = _plan(cases)
+    records = run_search(plan, Oracle(low, {}))
+    frontier = {row["mode"]: row for row in choose(records).frontier}
+    assert frontier["hard"]["worst_open_family"] == "512 tokens"
+    assert choose(records).chosen == "hard from1024"
+
+
+def test_a_gate_is_written_into_the_candidates_name():
+    config = candidate_config(PRESETS["default"], "0.5@24% 0.3@57% min1024 sparse from3840")
+    assert (config.min_prompt, config.min_keep, config.decode) == (3840, 1024, "sparse")
+    assert config.schedule == ((0.24, 0.5), (0.57, 0.3))
+    assert candidate_config(PRESETS["default"], "default from2048").min_prompt == 2048
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_search_behind_gates_chooses_what_running_everything_chooses(seed: int):
+    """Random outcomes where short prompts lose most, so gates decide: the same choice."""
+    rng = random.Random(seed)
+    cases = _cases(families=("passkey", OPEN_FAMILY), lengths=(512, 1024, 2048), seeds=3)
+    outcomes = {}
+    for case in cases:
+        short = case[1] == 512
+        for mode, p in ((REFERENCE, 0.99), ("hard", 0.9), ("middle", 0.95), ("soft", 0.98)):
+            p = p - 0.3 if short and mode != REFERENCE else p
+            score = rng.choice((1.0, 1.0, 0.9, 0.5 if short else 1.0))
+            outcomes[case, mode] = (rng.random() < p, score if case[0] == OPEN_FAMILY else None)
+    stock_right = {case: rng.random() < 0.95 for case in cases}
+    for reference in (True, False):
+        plan = _plan(cases, reference)
+        searched = choose(run_search(plan, Oracle(outcomes, stock_right)))
+        full = choose(Oracle(outcomes, stock_right).grid(plan))
         assert (searched.chosen, searched.fast) == (full.chosen, full.fast)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -102,10 +101,10 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
 
 
 def test_smollm2_ships_the_default_it_was_calibrated_on():
-    """The built-in rule was chosen on SmolLM2; its own default adds a floor of 1,024 tokens
-    (chosen on the open-ended families, benchmarks/README.md, "SmolLM2's floor")."""
+    """The built-in rule was chosen on SmolLM2, its floor of 1,024 tokens on SmolLM2's
+    open-ended families (benchmarks/README.md, "SmolLM2's floor"): SmolLM2 ships that rule."""
     assert calibrated("smollm2-135m")
-    assert resolve_preset("default", "smollm2-135m") == replace(PRESETS["default"], min_keep=1024)
+    assert resolve_preset("default", "smollm2-135m") == PRESETS["default"]
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
 
 

@@ -192,6 +192,10 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
     return pairs
 
 
+# The tokens the built-in default keeps past each prune, and calibration's floored candidates
+# (lazymlx/evals/calibrate.py): fewer starve the deep layers of a pasted page (benchmarks/README.md).
+FLOOR_TOKENS = 1024
+
 PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
     # Chosen on SmolLM2's calibration split, reported on its validation split
@@ -207,7 +211,7 @@ PRESETS: dict[str, LazyConfig] = {
         pool=12,
         decode="revive",
         min_prompt=256,
-        min_keep=1024,
+        min_keep=FLOOR_TOKENS,
     ),
 }
 # The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, no floor,

@@ -8,7 +8,10 @@ pooled over lengths at least min(`per_family`, the reference's share), on the sa
 model that answers on near-ties is not asked to be steadier than stock itself. Without a
 reference in the records the bar is the plain one. Open-ended families (summaries, questions,
 second turns, code completion) are also judged by their mean similarity to stock's answers,
-within OPEN_MARGIN of the reference's on the same cases. "Fastest" is ranked by the compute fraction
+within OPEN_MARGIN of the reference's on the same cases, in every open family and at every
+length. Where no candidate meets the bar, each is tried behind a gate (`min_prompt`): the
+shorter calibration lengths run whole, so they give stock's answers, and the candidate must
+meet the bar with the rest; the lowest gate any candidate meets wins. "Fastest" is ranked by the compute fraction
 the engine counts, which is exact and repeatable where wall time on a shared machine is not; the
 TTFT speedup is shown beside it. The fastest candidate keeping `fast_overall` of the answers
 overall is the `fast` trade; at equal prefill work a sparse-decode candidate ranks first, since
@@ -22,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.config import FLOOR_TOKENS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
@@ -52,12 +55,15 @@ SCHEDULES = tuple(
         "0.6@24% 0.2@50%",
         "0.2@50%",
     )
-    for floor in ("", " min1024")
+    for floor in ("", f" min{FLOOR_TOKENS}")
 )
 SPARSE = " sparse"
 CANDIDATES = ("default", *(name + policy for name in SCHEDULES for policy in ("", SPARSE)))
 _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
 _FLOOR = re.compile(r"min(?P<tokens>\d+)")  # min256: at least 256 tokens on past each prune
+# "X from3840": candidate X with prompts under 3,840 tokens run whole (its min_prompt)
+_GATE = re.compile(r"(?P<candidate>.+) from(?P<tokens>\d+)")
+GATE_STEP = 256  # gates are whole multiples of this many tokens
 
 
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
@@ -68,9 +74,13 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     """A candidate by name: "default", or a schedule written as the listed ones are ("0.3@24%
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
-    least 256 tokens at each prune, none the default's floor; " sparse" last decodes without
-    revival), listed or not, so a model whose answers survive harder pruning can be tried on
-    it."""
+    least 256 tokens at each prune, none the default's floor; " sparse" then decodes without
+    revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
+    whose answers survive harder pruning can be tried on it."""
+    gate = _GATE.fullmatch(name)
+    if gate:
+        chosen = candidate_config(default, gate["candidate"])
+        return replace(chosen, min_prompt=int(gate["tokens"]))
     if name == "default":
         return default
     sparse = name.endswith(SPARSE)
@@ -80,7 +90,7 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     if not steps or not all(steps):
         raise LazymlxError(
             f"no calibration candidate {name!r}; candidates are: {', '.join(CANDIDATES)}, or a "
-            "schedule written like them, e.g. '0.3@24% 0.2@57% min256 sparse'"
+            "schedule written like them, e.g. '0.3@24% 0.2@57% min256 sparse from2048'"
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
     return replace(
@@ -177,28 +187,40 @@ def default_checks(
 
 
 # Open-ended answers (lazymlx/evals/families.py, OPEN): a default's mean similarity to stock's
-# answers, in every open family pooled over lengths, is at most this far below the noise floor's
-# on the same cases (stock itself scores 1 where no reference ran).
+# answers, in every open family pooled over lengths and at every length pooled over the open
+# families, is at most this far below the noise floor's on the same cases (stock itself scores
+# 1 where no reference ran).
 OPEN_MARGIN = 0.10
 
 
-def open_gaps(records: list[Record], mode: str) -> dict[str, tuple[float, tuple[float, float]]]:
-    """Per open family: the mean of (mode's score - the reference's) over the cases both ran,
-    and its paired 95% bootstrap interval (cases resampled within each length)."""
+def open_gaps(
+    records: list[Record], mode: str, by_length: bool = False
+) -> dict[str | int, tuple[float, tuple[float, float]]]:
+    """Per open family (by_length: per length, the open families pooled): the mean of (mode's
+    score - the reference's) over the cases both ran, and its paired 95% bootstrap interval
+    (cases resampled within each length, or each family)."""
     floor = {(r.family, r.length, r.seed): r.score for r in records if r.mode == REFERENCE}
-    strata: dict[str, dict[int, list[float]]] = {}
+    strata: dict[str | int, dict[str | int, list[float]]] = {}
     for r in records:
         if r.mode != mode or r.score is None:
             continue
         reference = floor.get((r.family, r.length, r.seed), 1.0 if not floor else None)
         if reference is not None:
-            strata.setdefault(r.family, {}).setdefault(r.length, []).append(r.score - reference)
+            group, stratum = (r.length, r.family) if by_length else (r.family, r.length)
+            strata.setdefault(group, {}).setdefault(stratum, []).append(r.score - reference)
     gaps = {}
-    for family, lengths in strata.items():
-        values = [v for group in lengths.values() for v in group]
-        interval = bootstrap_interval(list(lengths.values()), resamples=2000)
-        gaps[family] = (sum(values) / len(values), interval)
+    for group, within in strata.items():
+        values = [v for stratum in within.values() for v in stratum]
+        interval = bootstrap_interval(list(within.values()), resamples=2000)
+        gaps[group] = (sum(values) / len(values), interval)
     return gaps
+
+
+def _open_groups(records: list[Record], mode: str) -> dict[str, tuple[float, tuple]]:
+    """Every open-ended group the margin judges, by name: each family, and each length."""
+    families = open_gaps(records, mode)
+    lengths = open_gaps(records, mode, by_length=True)
+    return {**families, **{f"{length} tokens": gap for length, gap in lengths.items()}}
 
 
 def margin(check: Check) -> float:
@@ -230,7 +252,7 @@ def _frontier_row(
         min(lengths, key=margin),
         min(families, key=margin, default=None),
     )
-    gaps = open_gaps(records, mode) if mode != REFERENCE else {}
+    gaps = _open_groups(records, mode) if mode != REFERENCE else {}
     worst_open = min(gaps.items(), key=lambda item: item[1][0], default=None)
     open_ok = all(gap >= -OPEN_MARGIN - 1e-9 for gap, _ in gaps.values())
     return {
@@ -261,17 +283,63 @@ def _fastest(frontier: list[dict], key: str) -> str | None:
     passing = [row for row in frontier if _is_candidate(row["mode"]) and row[key]]
     best = min(
         passing,
-        key=lambda row: (row["compute_fraction"], not row["mode"].endswith(SPARSE)),
+        key=lambda row: (row["compute_fraction"], SPARSE.strip() not in row["mode"].split()),
         default=None,
     )
     return None if best is None else best["mode"]
 
 
+def gates(records: Iterable[Record]) -> dict[int, int]:
+    """Each calibration length but the shortest → the gate (min_prompt) that prunes its prompts
+    and longer ones and runs the shorter lengths' whole: its shortest stock prompt rounded down
+    to GATE_STEP tokens, above every shorter length's prompts."""
+    stock = [r for r in records if r.mode == BASELINE]
+    lengths = sorted({r.length for r in stock})
+    made = {}
+    for shorter, length in zip(lengths, lengths[1:], strict=False):
+        lowest = min(r.prompt_tokens for r in stock if r.length == length)
+        below = max(r.prompt_tokens for r in stock if r.length <= shorter)
+        made[length] = max(lowest // GATE_STEP * GATE_STEP, below + 1)
+    return made
+
+
+def gated(records: Iterable[Record], mode: str, length: int, tokens: int) -> list[Record]:
+    """Candidate `mode` behind a gate, as records: stock's own below `length` (those prompts run
+    whole, so they give stock's answers at stock's time) and the candidate's from `length` up
+    (its prompts there clear the gate and prune as they did bare)."""
+    name, stock = f"{mode} from{tokens}", {}
+    for r in records:
+        if r.mode == BASELINE and r.length < length:
+            stock.setdefault(case_id(r), replace(r, mode=name, baseline_ttft_s=r.ttft_s))
+        elif r.mode == mode and r.length >= length:
+            stock[case_id(r)] = replace(r, mode=name)
+    return list(stock.values())
+
+
+def _gated_rows(records: list[Record], bar: Bar, every_case: set[CaseId]) -> list[dict]:
+    """The frontier rows of the candidates behind the lowest gate that any of them meets the
+    default's bar behind (none if no gate helps)."""
+    fixed = [r for r in records if r.mode in (BASELINE, REFERENCE)]
+    modes = [m for m in dict.fromkeys(r.mode for r in records) if _is_candidate(m)]
+    for length, tokens in sorted(gates(records).items()):
+        rows = []
+        for mode in modes:
+            mine = [*fixed, *gated(records, mode, length, tokens)]
+            name = f"{mode} from{tokens}"
+            rows.append(_frontier_row(mine, summarize(mine), name, bar, every_case))
+        if any(row["meets_default"] for row in rows):
+            return rows
+    return []
+
+
 def choose(records: list[Record], bar: Bar = Bar()) -> Calibration:
-    """The frontier of a calibration run, its default and its fast trade."""
+    """The frontier of a calibration run, its default and its fast trade; where no candidate
+    meets the default's bar, the candidates behind the lowest gate that one of them meets (for
+    the default only: the fast trade is for speed, and a gate gives that up)."""
     rows, every_case = summarize(records), counting(records)
     modes = dict.fromkeys(r.mode for r in records)
     frontier = [_frontier_row(records, rows, mode, bar, every_case) for mode in modes]
-    return Calibration(
-        frontier, _fastest(frontier, "meets_default"), _fastest(frontier, "meets_fast"), records
-    )
+    fast = _fastest(frontier, "meets_fast")  # a trade for speed: never behind a gate
+    if _fastest(frontier, "meets_default") is None:
+        frontier += _gated_rows(records, bar, every_case)
+    return Calibration(frontier, _fastest(frontier, "meets_default"), fast, records)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from lazymlx.evals.calibrate import OPEN_MARGIN, Bar, CaseId, case_id, counting
+from lazymlx.evals.calibrate import OPEN_MARGIN, Bar, CaseId, case_id, counting, gated, gates
 from lazymlx.evals.measure import BASELINE
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import Record
@@ -139,30 +139,37 @@ def _open_reason(
     floor: dict[CaseId, Record],
     mine: dict[CaseId, Record],
 ) -> str | None:
-    """The open-ended family whose mean similarity to stock's answers can no longer come
-    within OPEN_MARGIN of the reference's (as calibrate.open_gaps pairs them), if any."""
-    families = {c[0] for c, r in stock.items() if r.score is not None}
-    for family in dict.fromkeys(c[0] for c in plan.cases):
-        if family not in families:
-            continue
-        cases = [c for c in plan.cases if c[0] == family]
-        if plan.referenced:  # paired with the reference's cases; stock's 1 where none runs
-            cases = [c for c in cases if c in plan.referenced]
+    """The open-ended family, or length, whose mean similarity to stock's answers can no longer
+    come within OPEN_MARGIN of the reference's (as calibrate.open_gaps pairs them), if any."""
+    open_cases = [c for c in plan.cases if c in stock and stock[c].score is not None]
+    if plan.referenced:  # paired with the reference's cases; stock's 1 where none runs
+        open_cases = [c for c in open_cases if c in plan.referenced]
+    groups = [(family, [c for c in open_cases if c[0] == family]) for family in _families(plan)]
+    groups += [
+        (f"{length} tokens", [c for c in open_cases if c[1] == length])
+        for length in dict.fromkeys(c[1] for c in plan.cases)
+    ]
+    for name, cases in groups:
         gaps = [
             (mine[c].score if c in mine else 1.0)
             - (floor[c].score if c in floor else (0.0 if plan.referenced else 1.0))
             for c in cases
         ]
         if gaps and sum(gaps) / len(gaps) < -OPEN_MARGIN - TOLERANCE:
-            return f"{family} (open-ended)"
+            return f"{name} (open-ended)"
     return None
+
+
+def _families(plan: Plan) -> list[str]:
+    return list(dict.fromkeys(c[0] for c in plan.cases))
 
 
 def next_run(plan: Plan, records: Sequence[Record]) -> Run | None:
     """The run that comes next, or None when the answer is known: stock, then the reference,
     on every case; then the cheapest candidate still wanted, on its next case. A candidate is
     wanted while it could meet the default's bar and no cheaper one has met it, or the fast
-    trade's and no cheaper one has met that."""
+    trade's and no cheaper one has met that. If every candidate fails the default's bar, the
+    candidates go on behind gates (`_next_gated`)."""
     ran = _by_mode(records)
     stock, floor = ran.get(BASELINE, {}), ran.get(REFERENCE, {})
     for case in plan.cases:
@@ -182,7 +189,29 @@ def next_run(plan: Plan, records: Sequence[Record]) -> Run | None:
         elif wanted:
             left = [c for c in plan.cases if c in todo and c not in ran.get(mode, {})]
             return min(left, key=lambda c: c not in hard), mode
-    return None
+    return None if default_met else _next_gated(plan, records, ran)[0]
+
+
+def _next_gated(
+    plan: Plan, records: Sequence[Record], ran: dict[str, dict[CaseId, Record]]
+) -> tuple[Run | None, str | None]:
+    """With no candidate meeting the default's bar, each behind a gate (calibrate.gated: the
+    shorter lengths run whole), the lowest gate first and the cheapest candidate first within
+    it, as `choose` ranks them: the next case the candidate has not run from the gate's length
+    up, or None and the gated candidate that met the bar (None, None: none can)."""
+    todo, hard = counting(ran.get(BASELINE, {}).values()), lost(records)
+    for length, tokens in sorted(gates(records).items()):
+        for mode in plan.candidates:
+            name = f"{mode} from{tokens}"
+            seen = ran | {name: {case_id(r): r for r in gated(records, mode, length, tokens)}}
+            verdict = judge(plan, seen, name)
+            if verdict.default and verdict.done:
+                return None, name
+            if verdict.default:
+                mine = ran.get(mode, {})
+                left = [c for c in plan.cases if c in todo and c[1] >= length and c not in mine]
+                return (min(left, key=lambda c: c not in hard), mode), None
+    return None, None
 
 
 def lost(records: Iterable[Record]) -> set[CaseId]:
@@ -198,7 +227,8 @@ def lost(records: Iterable[Record]) -> set[CaseId]:
 
 def standing(plan: Plan, records: Sequence[Record]) -> dict[str, str]:
     """Each candidate's place in the search, for the report: met, dropped (and why) or not
-    needed (a cheaper one met the bar first)."""
+    needed (a cheaper one met the bar first); and, where none met it, the gated candidate
+    that did, if any."""
     out, default_met, seen = {}, False, _by_mode(records)
     for mode in plan.candidates:
         verdict = judge(plan, seen, mode)
@@ -213,6 +243,13 @@ def standing(plan: Plan, records: Sequence[Record]) -> dict[str, str]:
             out[mode] = "not needed: a cheaper candidate met the bar"
         else:
             out[mode] = f"unfinished after {cases} cases"
+    if not default_met:
+        step, met = _next_gated(plan, records, seen)
+        if met is not None:
+            tokens = met.rsplit(" from", 1)[1]
+            out[met] = f"met the default's bar with prompts under {tokens} tokens run whole"
+        elif step is None:
+            out["behind a gate"] = "no candidate met the default's bar at the longer lengths"
     return out
 
 
