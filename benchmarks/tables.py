@@ -79,8 +79,27 @@ def card_table(paths: list[Path]) -> str:
     whether the bar holds, and the bench's TTFT (with the work its prompt computed), decode and
     peak memory beside stock's. A card file names the model, its eval journals and its bench
     results, each with its modes' names then where a preset was renamed since ("modes":
-    {then: now}; null leaves a mode out)."""
+    {then: now}; null leaves a mode out), and the presets that run short prompts whole
+    ("runs_whole": {mode: the longest prompt, in tokens, that its floor or gate keeps whole}):
+    there a preset computes what stock does, so its rows are stock's own (`whole`)."""
     return "\n\n".join(_card(path) for path in paths)
+
+
+def whole(runs: list[Record], mode: str, tokens: int) -> list[Record]:
+    """`runs` with `mode`'s rows on prompts of at most `tokens` tokens replaced by stock's own:
+    the preset runs them whole, stock's computation (the tests hold keep-all to stock's tokens),
+    so a run of its own there measures nothing stock's did not. Every such case of stock's
+    counts for the preset; a multi-turn twin (no-idle) keeps only the cases it ran."""
+    short = lambda r: r.prompt_tokens <= tokens  # noqa: E731
+    mine = {(r.family, r.length, r.seed) for r in runs if r.mode == mode}
+    stock = [
+        replace(r, mode=mode, baseline_ttft_s=r.ttft_s)
+        for r in runs
+        if r.mode == BASELINE
+        and short(r)
+        and (not mode.endswith(NO_IDLE) or (r.family, r.length, r.seed) in mine)
+    ]
+    return [r for r in runs if not (r.mode == mode and short(r))] + stock
 
 
 def _card(path: Path) -> str:
@@ -88,6 +107,8 @@ def _card(path: Path) -> str:
     paths = {kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")}
     renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
     runs = records(paths["eval"], renames["eval"])
+    for mode, tokens in card.get("runs_whole", {}).items():
+        runs = whole(runs, mode, tokens)
     summary = _pooled_everywhere(summarize(runs))
     bench = bench_rows(paths["bench"], renames["bench"])
     evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}

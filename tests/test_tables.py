@@ -158,3 +158,22 @@ def test_card_all_row_of_the_default_checks_lengths_and_families(tmp_path):
     shown = card_rows(tmp_path, card)
     assert shown["2048", "lazy:default"][5] == "not met: 9/10 < 97%"
     assert shown["all", "lazy:default"][5] == "not met: at 2048 9/10 < 97%"
+
+
+def test_card_shows_stocks_rows_where_a_preset_runs_prompts_whole(tmp_path):
+    """A floor or gate runs short prompts whole: there the card's preset rows are stock's own
+    (every case of stock's, not the stale pruned run's), longer prompts keep the preset's."""
+    rows = [record("baseline", 1024, s, s < 3, s < 3) for s in range(4)]
+    rows += [record("lazy:default", 1024, s, False, s < 3) for s in range(3)]  # before the floor
+    rows += [record("baseline", 2048, s, True, True) for s in range(2)]
+    rows += [record("lazy:default", 2048, s, s == 0, True) for s in range(2)]
+    card = {
+        "model": "tiny",
+        "eval": [{"path": journal(tmp_path / "j.jsonl", rows)}],
+        "bench": [],
+        "runs_whole": {"lazy:default": 1024},
+    }
+    shown = card_rows(tmp_path, card)
+    assert shown["1024", "lazy:default"][2:4] == ["3/4 (75%)", "3/3 (100%, 44%-100%)"]
+    assert shown["1024", "lazy:default"][6] == "100%"
+    assert shown["2048", "lazy:default"][3].startswith("1/2 (50%")
