@@ -117,6 +117,9 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             # the config shipped is the candidate's schedule, as calibrate built it
             schedule = candidate_config(PRESETS["default"], candidate).schedule
             assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == schedule
+            if candidate == "off":  # no candidate held: every prompt whole (Qwen's default)
+                assert not resolve_preset(name, model).prunes
+                continue
             # a candidate's name says how it decodes
             decode = "sparse" if candidate.endswith(SPARSE) else "revive"
             assert shipped[name]["config"]["decode"] == decode, (model, name)

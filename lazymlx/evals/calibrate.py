@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from lazymlx.engine.config import FLOOR_TOKENS, LazyConfig
+from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
@@ -72,11 +72,13 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
-    """A candidate by name: "default", or a schedule written as the listed ones are ("0.3@24%
+    """A candidate by name: "default", "off", or a schedule written as the listed ones are ("0.3@24%
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
     least 256 tokens at each prune, none the default's floor; " sparse" then decodes without
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
     whose answers survive harder pruning can be tried on it."""
+    if name == "off":  # what a model ships where no candidate holds: every prompt whole
+        return PRESETS["off"]
     gate = _GATE.fullmatch(name)
     if gate:
         chosen = candidate_config(default, gate["candidate"])
