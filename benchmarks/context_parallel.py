@@ -14,8 +14,10 @@ Three jobs:
 
     # the critical-path TTFT model: block times measured here in one process, fitted as
     # c0 + c_tok·queries + c_pair·(query, key) pairs, replayed through the chain per (slice,
-    # layer) with the real keep masks (from `masks`), the messages' sizes and a link's latency
-    # and bandwidth; beside it tensor parallelism's and one process's, all from the same fit
+    # layer) with the real keep masks (from `masks`; at other lengths spread evenly, and the
+    # real ones stretched), the messages' sizes and a link's latency and bandwidth; beside it
+    # tensor parallelism's and one process's, all from the same fit, and the chain's bytes
+    # against tensor parallelism's (--fit FILE replays an earlier output's fit, timing nothing)
     .venv/bin/python benchmarks/context_parallel.py model -m qwen2.5-coder-0.5b \\
         --masks benchmarks/results/cp_masks_qwen_8k.json --lengths 8k,32k --ranks 2,3,4 \\
         --output benchmarks/results/cp_model_qwen.json
@@ -378,47 +380,100 @@ def replay_tensor(carried, cost, adapter, ranks: int) -> float:
     return total
 
 
+def stretched_masks(real: list[list[int]], from_tokens: int, tokens: int) -> list[np.ndarray]:
+    """A real prompt's keep masks stretched to `tokens`: position i is kept where i·from/tokens
+    was, so the kept share of each stretch of the prompt is the real one (where the kept tokens
+    gather, they gather here too). A stand-in for a real run at that length."""
+    source = np.minimum((np.arange(tokens) * from_tokens) // tokens, from_tokens - 1)
+    out = []
+    for positions in real:
+        kept = np.zeros(from_tokens, bool)
+        kept[np.asarray(positions)] = True
+        out.append(np.union1d(np.flatnonzero(kept[source]), [tokens - 1]))
+    return out
+
+
+def mask_variants(config, real: dict | None, length: int, layers: int) -> list[tuple[str, list]]:
+    """(what the masks are, carried positions per layer) to replay at `length`: a real run's
+    where its prompt is within 1% of it ("8k" of the passkey prompt is 8,177 tokens); elsewhere
+    the kept tokens spread evenly and, given a real run, its masks stretched."""
+    if real is not None and abs(real["tokens"] - length) <= 0.01 * length:
+        return [("real", [np.array(p) for p in real["carried"]])]
+    variants = [("spread", spread_masks(config, length, layers))]
+    if real is not None:
+        stretched = stretched_masks(real["carried"], real["tokens"], length)
+        variants.append((f"real {real['tokens']} stretched", stretched))
+    return variants
+
+
+def traffic(adapter, carried, bounds: list[int], window: int, decisions: list[int]) -> dict:
+    """The chain's bytes in the prompt step (the protocol's formula) against tensor
+    parallelism's at the same kept rows: two all-sums of (tokens × hidden) fp32 per layer."""
+    sent = [
+        sum(size for _, size in per_layer)
+        for per_layer in expected_bytes(adapter, carried, bounds, window, decisions).values()
+    ]
+    tp = sum(2 * len(p) * adapter.hidden_size * 4 for p in carried)
+    return {
+        "busiest_rank_bytes": max(sent),
+        "tensor_bytes_per_rank": tp,
+        "busiest_rank_bytes_vs_tensor": max(sent) / tp,
+        "all_ranks_bytes_vs_tensor": sum(sent) / (tp * len(sent)),
+    }
+
+
 def ttft_model(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
     adapter = LazyState(model).adapter
     layers, config = len(adapter.layers), resolve_preset(args.lazy, args.model)
-    c0, c_tok, c_pair = fit_block(model)
+    if args.fit:  # an earlier run's fitted times, replayed again (nothing timed)
+        c0, c_tok, c_pair = json.loads(Path(args.fit).read_text())["fit"]
+    else:
+        c0, c_tok, c_pair = fit_block(model)
 
     def cost(queries: int, earlier: int) -> float:
         return c0 + c_tok * queries + c_pair * (queries * earlier + queries * (queries + 1) / 2)
 
     real = json.loads(Path(args.masks).read_text()) if args.masks else None
     table = {"model": args.model, "lazy": args.lazy, "fit": [c0, c_tok, c_pair], "rows": []}
+    table |= {"fit_from": args.fit or "timed here", "machine": MACHINE}
     table["link"] = {"latency_s": LATENCY_S, "bytes_per_s": BANDWIDTH}
+    table["protocol"] = "the shipped chain: receive, compute the slice, forward (no overlap)"
     deepest = layers - 1
+    decisions = sorted(x for x in config.pruning_layers(layers) if x < deepest)
     for length in parse_lengths(args.lengths):
-        whole = [np.arange(length)] * layers
-        if real is not None and real["tokens"] == length:
-            pruned, masks_from = [np.array(p) for p in real["carried"]], "real"
-        else:
-            pruned, masks_from = spread_masks(config, length, layers), "spread"
-        decisions = sorted(x for x in config.pruning_layers(layers) if x < deepest)
-        one = {"off": sum(cost(len(p), 0) for p in whole)}
-        one["pruned"] = sum(cost(len(p), 0) for p in pruned)
-        for ranks in map(int, args.ranks.split(",")):
-            row = {"tokens": length, "ranks": ranks, "masks": masks_from, **one}
-            for name, carried, deciding in (("off", whole, []), ("pruned", pruned, decisions)):
-                token, pair = c_tok, c_pair
-                if deciding:
-                    token, pair = weighted_costs(config, layers, c_tok, c_pair)
-                bounds = partition(length, ranks, token, pair)
-                row[f"chain_{name}"] = replay_chain(
-                    carried, bounds, cost, adapter, deciding, config.window
+        for masks_from, pruned in mask_variants(config, real, length, layers):
+            tokens = len(pruned[0])
+            whole = [np.arange(tokens)] * layers
+            one = {"off": sum(cost(len(p), 0) for p in whole)}
+            one["pruned"] = sum(cost(len(p), 0) for p in pruned)
+            for ranks in map(int, args.ranks.split(",")):
+                row = {"tokens": tokens, "ranks": ranks, "masks": masks_from}
+                row |= {"one_off": one["off"], "one_pruned": one["pruned"]}
+                for name, carried, deciding in (("off", whole, []), ("pruned", pruned, decisions)):
+                    token, pair = c_tok, c_pair
+                    if deciding:
+                        token, pair = weighted_costs(config, layers, c_tok, c_pair)
+                    bounds = partition(tokens, ranks, token, pair)
+                    row[f"bounds_{name}"] = bounds
+                    row[f"chain_{name}"] = replay_chain(
+                        carried, bounds, cost, adapter, deciding, config.window
+                    )
+                    row[f"tensor_{name}"] = replay_tensor(carried, cost, adapter, ranks)
+                    row[f"{name}_traffic"] = traffic(
+                        adapter, carried, bounds, config.window, deciding
+                    )
+                    row[f"chain_{name}_vs_one_{name}"] = row[f"chain_{name}"] / one[name]
+                    row[f"tensor_{name}_vs_one_{name}"] = row[f"tensor_{name}"] / one[name]
+                table["rows"].append(row)
+                print(
+                    f"{tokens:>6} tokens, {ranks} ranks ({masks_from} masks): one process "
+                    f"{one['off']:.1f} s / pruned {one['pruned']:.1f} s; chain "
+                    f"{row['chain_off_vs_one_off']:.2f}x / {row['chain_pruned_vs_one_pruned']:.2f}x;"
+                    f" tensor {row['tensor_off_vs_one_off']:.2f}x / "
+                    f"{row['tensor_pruned_vs_one_pruned']:.2f}x; busiest rank's bytes "
+                    f"{row['pruned_traffic']['busiest_rank_bytes_vs_tensor']:.2f}x tensor's"
                 )
-                row[f"tensor_{name}"] = replay_tensor(carried, cost, adapter, ranks)
-            row["chain_pruned_vs_one_pruned"] = row["chain_pruned"] / one["pruned"]
-            table["rows"].append(row)
-            print(
-                f"{length:>6} tokens, {ranks} ranks ({masks_from} masks): one process "
-                f"{one['off']:.2f} s / pruned {one['pruned']:.2f} s; chain {row['chain_off']:.2f}"
-                f" / {row['chain_pruned']:.2f} s ({row['chain_pruned_vs_one_pruned']:.2f}x the "
-                f"pruned one); tensor {row['tensor_off']:.2f} / {row['tensor_pruned']:.2f} s"
-            )
     Path(args.output).write_text(json.dumps(table, indent=1))
 
 
@@ -503,6 +558,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="chain: runs, the last timed")
     parser.add_argument("--ranks", default="2")
     parser.add_argument("--masks", default=None)
+    parser.add_argument("--fit", default=None, help="model: replay this earlier output's fit")
     args = parser.parse_args()
     jobs = {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}
     jobs["imbalance"] = imbalance

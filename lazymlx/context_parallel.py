@@ -23,6 +23,12 @@ positions, which the receiver checks, so a protocol slip is one error line, not 
 context. Rank 0 starts each step with a header (tokens, slices, pruning layers) that travels
 the same way as the decisions; the other ranks wait for headers in `follow` until rank 0's
 `lead` block ends.
+
+Every wait on a neighbour inside a step has a deadline (lazymlx/watchdog.py,
+LAZYMLX_STALL_TIMEOUT): a rank that stalls with its connections open ends the chain with one
+line per rank, naming the rank and what it waited for. The wait for the next header is idle by
+design (rank 0 decodes, serves nobody, times one process) and has none: a rank 0 that dies
+closes its connections, which ends the wait at once.
 """
 
 from __future__ import annotations
@@ -53,9 +59,24 @@ from lazymlx.engine.prefill import (
     prompt_step,
 )
 from lazymlx.errors import LazymlxError, RankError
+from lazymlx.watchdog import Watchdog, stall_timeout
 
 MIN_SLICE = 64  # a prompt shorter than this per rank runs on rank 0 alone: hops would cost more
 STEP, STOP = 1, 0  # header kinds
+# A healthy chain's longest wait is its filling up, at the first layer and after each keep
+# decision: a rank waits for every slice ahead of it to run a layer, under one process's time
+# for the whole layer with balanced slices (plus the ranking and the messages). Four of them
+# leave room for a rank on a machine up to ~4x slower than rank 0's, where the costs are
+# timed, and for the timing's extrapolation from 1k tokens to long prompts.
+STALL_LAYERS = 4
+MESSAGES = {  # what each message carries, for the lines of a rank that waited too long
+    "header": "the step's header",
+    "kv": "the keys and values of layer {layer}",
+    "positions": "the positions of layer {layer}'s rows",
+    "queries": "the last queries of layer {layer}",
+    "decision": "the keep decision of layer {layer}",
+    "slots": "the Aux slots of the pruned tokens",
+}
 
 _chain: Chain | None = None
 
@@ -78,8 +99,8 @@ class Traffic:
 class Chain:
     """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last."""
 
-    def __init__(self, group: mx.distributed.Group) -> None:
-        self.group = group
+    def __init__(self, group: mx.distributed.Group, watchdog: Watchdog) -> None:
+        self.group, self.watchdog = group, watchdog
         self.rank, self.size = group.rank(), group.size()
         self.position = (self.rank - 1) % self.size  # in the chain
         self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
@@ -91,20 +112,44 @@ class Chain:
     def leads(self) -> bool:
         return self.rank == 0
 
+    def deadline(self) -> float:
+        """Seconds a wait of this step may take: STALL_LAYERS times its prompt's whole first
+        layer as rank 0 models it, or the watchdog's floor (LAZYMLX_STALL_TIMEOUT) if longer."""
+        modelled = STALL_LAYERS * self.plan.layer_ms / 1000 if self.plan is not None else 0.0
+        return max(self.watchdog.floor, modelled)
+
     def send(self, array: mx.array, layer: int, what: str) -> None:
-        """Send to the next rank now (an empty array sends nothing: the receiver knows)."""
+        """Send to the next rank now (an empty array sends nothing: the receiver knows); the
+        send blocks until the bytes have passed, so it has a deadline too."""
         if not array.size:
             return
-        mx.eval(mx.distributed.send(array, self.next, group=self.group, stream=mx.cpu))
+        sent = mx.distributed.send(array, self.next, group=self.group, stream=mx.cpu)
+        with self.watchdog.waiting(
+            f"rank {self.next} to take {_message(what, layer)}", self.deadline()
+        ):
+            mx.eval(sent)
         self.traffic.messages.append((layer, what, array.nbytes))
 
-    def receive(self, shape: tuple[int, ...], dtype: mx.Dtype) -> mx.array:
-        """Receive from the previous rank now (an empty shape receives nothing)."""
+    def receive(
+        self, shape: tuple[int, ...], dtype: mx.Dtype, layer: int, what: str, idle: bool = False
+    ) -> mx.array:
+        """Receive from the previous rank now (an empty shape receives nothing), within the
+        stall deadline unless the wait is `idle` by design."""
         if not math.prod(shape):
             return mx.zeros(shape, dtype)
         received = mx.distributed.recv(shape, dtype, self.previous, group=self.group, stream=mx.cpu)
-        mx.eval(received)
+        if idle:
+            mx.eval(received)
+            return received
+        with self.watchdog.waiting(
+            f"{_message(what, layer)} from rank {self.previous}", self.deadline()
+        ):
+            mx.eval(received)
         return received
+
+
+def _message(what: str, layer: int) -> str:
+    return MESSAGES[what].format(layer=layer)
 
 
 def join(group: mx.distributed.Group) -> None:
@@ -118,7 +163,7 @@ def join(group: mx.distributed.Group) -> None:
             "context parallelism needs send and receive, which MLX's NCCL backend lacks; "
             "launch with --backend ring (or jaccl), or use --parallel tensor"
         )
-    _chain = Chain(group)
+    _chain = Chain(group, Watchdog(stall_timeout()))
 
 
 def chain() -> Chain | None:
@@ -142,28 +187,30 @@ def check_model(state: LazyState) -> None:
 @dataclass
 class Plan:
     """One chain step as every rank runs it: the prompt, the slices (bounds[p]..bounds[p+1] for
-    chain position p), the chunk, the scoring window, and the layers whose keep decision rank 0
-    sends back."""
+    chain position p), the chunk, the scoring window, the layers whose keep decision rank 0
+    sends back, and the whole prompt's first layer in one process as rank 0 models it (ms),
+    which sets the step's stall deadline."""
 
     tokens: np.ndarray
     bounds: list[int]
     chunk: int
     window: int
     decisions: list[int]
+    layer_ms: int = 0
 
     def encode(self) -> mx.array:
-        head = [self.chunk, self.window, len(self.decisions), *self.decisions]
+        head = [self.chunk, self.window, self.layer_ms, len(self.decisions), *self.decisions]
         head += [len(self.bounds), *self.bounds]
         return mx.array(np.concatenate([np.array(head, np.int64), self.tokens]).astype(np.int32))
 
     @classmethod
     def decode(cls, array: mx.array) -> Plan:
         values = np.array(array).astype(np.int64)
-        chunk, window, count = (int(v) for v in values[:3])
-        decisions = values[3 : 3 + count].tolist()
-        at = 3 + count
+        chunk, window, layer_ms, count = (int(v) for v in values[:4])
+        decisions = values[4 : 4 + count].tolist()
+        at = 4 + count
         bounds = values[at + 1 : at + 1 + int(values[at])].tolist()
-        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions)
+        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions, layer_ms)
 
 
 def partition(tokens: int, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
@@ -249,12 +296,14 @@ def plan_for(
         token_cost, pair_cost = weighted_costs(config, state.num_layers, token_cost, pair_cost)
     ratios = state.pruning_layers(config)
     deepest = state.num_layers - 1
+    whole = _costs[key][0] * tokens.size + _costs[key][1] * tokens.size * (tokens.size + 1) / 2
     return Plan(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
         chunk=chunk,
         window=config.window,
         decisions=sorted(layer for layer in ratios if layer < deepest) if prune else [],
+        layer_ms=math.ceil(whole * 1000),
     )
 
 
@@ -292,19 +341,25 @@ def stop() -> None:
 
 
 def follow(model: object) -> None:
-    """A rank other than 0: run its slice of every chain step rank 0 starts, until it stops."""
+    """A rank other than 0: run its slice of every chain step rank 0 starts, until it stops. A
+    rank lost, stalled or out of step ends this process with one error line, as it ends every
+    other rank's (lazymlx/distributed.py: fail)."""
     state = LazyState(model)
     check_model(state)
-    while True:
-        kind, length = _chain.receive((2,), mx.int32).tolist()
-        if _chain.next != 0:
-            _chain.send(mx.array([kind, length], mx.int32), -1, "header")
-        if kind == STOP:
-            return
-        encoded = _chain.receive((length,), mx.int32)
-        if _chain.next != 0:
-            _chain.send(encoded, -1, "header")
-        _Runner(LazyState(model), Plan.decode(encoded), None, None, None).run()
+    try:
+        while True:
+            # idle until rank 0 starts a step: it may decode, serve nobody or time one process
+            kind, length = _chain.receive((2,), mx.int32, -1, "header", idle=True).tolist()
+            if _chain.next != 0:
+                _chain.send(mx.array([kind, length], mx.int32), -1, "header")
+            if kind == STOP:
+                return
+            encoded = _chain.receive((length,), mx.int32, -1, "header")
+            if _chain.next != 0:
+                _chain.send(encoded, -1, "header")
+            _Runner(LazyState(model), Plan.decode(encoded), None, None, None).run()
+    except (RuntimeError, RankError) as error:
+        distributed.fail(error)
 
 
 def lazy_prompt_step(
@@ -393,8 +448,8 @@ class _Runner:
         if earlier.size:
             adapter = state.adapter
             shape = (1, adapter.num_kv_heads, earlier.size, adapter.head_dim)
-            kv = chain.receive((2, *shape[1:]), state.dtype)
-            positions = chain.receive((earlier.size,), mx.int32)
+            kv = chain.receive((2, *shape[1:]), state.dtype, layer, "kv")
+            positions = chain.receive((earlier.size,), mx.int32, layer, "positions")
             if not np.array_equal(np.array(positions), earlier):
                 raise RankError(
                     f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
@@ -405,7 +460,7 @@ class _Runner:
         seen = None
         if deciding and earlier.size:  # the last queries so far, for rank 0's ranking
             heads = (1, state.adapter.num_heads, min(plan.window, earlier.size))
-            seen = chain.receive((*heads, state.adapter.head_dim), state.dtype)
+            seen = chain.receive((*heads, state.adapter.head_dim), state.dtype, layer, "queries")
         started = time.perf_counter()
         if self.own.positions.size:
             out, observed = _layer(self.step, layer, self.own, forget=False)
@@ -449,7 +504,10 @@ class _Runner:
         """The keep decision at a pruning layer: rank 0 ranks every carried token with the
         one-process rule and sends the mask on; every rank applies it."""
         chain, count = self.chain, self.carried.size
-        mask = self.rank(layer, observed) if self.leads else chain.receive((count,), mx.uint8)
+        if self.leads:
+            mask = self.rank(layer, observed)
+        else:
+            mask = chain.receive((count,), mx.uint8, layer, "decision")
         if chain.next != 0:
             chain.send(mask, layer, "decision")
         kept = np.array(mask).astype(bool)
@@ -499,7 +557,7 @@ class _Runner:
         gone = np.setdiff1d(np.arange(self.total), self.carried)
         hidden = state.adapter.hidden_size
         before = gone[gone < self.begin]
-        slots = chain.receive((before.size, hidden), state.dtype)
+        slots = chain.receive((before.size, hidden), state.dtype, -1, "slots")
         if self.slots:
             positions = np.concatenate([p for p, _ in self.slots])
             order = mx.array(np.argsort(positions).astype(np.int32))

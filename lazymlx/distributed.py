@@ -40,6 +40,8 @@ RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts
 CONNECT_TIMEOUT_ENV = "LAZYMLX_CONNECT_TIMEOUT"
 CONNECT_TIMEOUT_S = 60.0
 BACKEND_PREFIXES = ("[ring]", "[jaccl]", "[mpi]", "[nccl]")  # MLX's backends' own messages
+_ending = threading.RLock()  # re-entrant: SIGTERM's handler may run inside fail on its thread
+_ender: int | None = None  # the thread that writes this rank's last line
 
 
 def join() -> mx.distributed.Group | None:
@@ -99,7 +101,7 @@ def free_ports(count: int) -> int:
     raise RuntimeError("no free ports on loopback")
 
 
-def _where() -> str:
+def where() -> str:
     """This rank and host, for its error lines (MLX_RANK: a context-parallel group's ranks run
     the engine as one process each, so collectives.rank() is 0 on all of them)."""
     return f"rank {os.environ.get(RANK_ENV, collectives.rank())} on {socket.gethostname()}"
@@ -107,8 +109,7 @@ def _where() -> str:
 
 def _stopped(signum: int, frame: object) -> None:
     """mlx.launch ends every rank (SIGTERM) once one fails: say so in this rank's one line."""
-    where = _where()
-    fail(RankError(f"{where} was stopped: mlx.launch ends every rank when one fails (see above)"))
+    fail(RankError(f"{where()} was stopped: mlx.launch ends every rank when one fails (see above)"))
 
 
 @contextmanager
@@ -229,17 +230,29 @@ def shard(model: nn.Module, joined: mx.distributed.Group) -> None:
 
 def fail(error: BaseException) -> None:
     """End this rank now, with one error line: its group can't go on (a rank gone, a step that
-    failed here alone), and every other rank sees its connection to this one drop."""
-    where = _where()
+    failed here alone), and every other rank sees its connection to this one drop. Two threads
+    ending it at once (a wait's deadline passing as its connection drops) write one line: the
+    second waits here for the first's exit."""
+    global _ender
+    me = threading.get_ident()
+    with _ending:
+        first = _ender is None
+        if first:
+            _ender = me
+    if not first:
+        if _ender == me:  # SIGTERM's handler inside this thread's own fail: that one goes on
+            return
+        threading.Event().wait()  # another thread writes this rank's line, then ends it
+    place = where()
     if isinstance(error, RankError):
         line = str(error)
     elif str(error).startswith(BACKEND_PREFIXES):  # what a backend raises when a peer is gone
         line = (
-            f"{where} lost the connection to another rank ({error}): a rank stopped or the "
+            f"{place} lost the connection to another rank ({error}): a rank stopped or the "
             "network dropped, so every rank stops"
         )
     else:
-        line = f"{where} failed: {error!r}"
+        line = f"{place} failed: {error!r}"
     sys.__stderr__.write(f"error: {line}\n")
     sys.__stderr__.flush()
     os._exit(1)

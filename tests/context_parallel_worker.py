@@ -8,7 +8,11 @@ preset of MODEL's such as fast), a second turn over the same context (on rank 0 
 writes what it kept to OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the
 other ranks follow. PROMPT is a count of random tokens, or passkey:COUNT for the bench's passkey
 prompt of about COUNT tokens (a real model's). Run without mlx.launch it is the one-process
-reference.
+reference. Every rank joins as the CLI's do (lazymlx/distributed.py: join), so a rank that ends
+on a lost or stalled neighbour, or on mlx.launch's SIGTERM, writes its one line.
+
+CP_TEST_STALL=RANK:LAYER in the environment makes that rank stop itself (SIGSTOP) when its slice
+reaches LAYER of the prompt step: a rank stalled mid-prompt with its connections open.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import lazymlx  # first: it binds OpenBLAS, which only works before anything imp
 # isort: split
 import json
 import os
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +31,7 @@ import distributed_worker  # beside this file: the tensor-parallel worker
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import LazyConfig, LazyState, context_parallel
+from lazymlx import LazyConfig, LazyState, collectives, context_parallel, distributed
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.bench import bench_prompt
 
@@ -70,11 +75,28 @@ def run(model, tokenizer, prompt: list[int], name: str, out: Path, model_path: s
     }
 
 
+def stall_at(layer: int) -> None:
+    """Stop this process when its slice of a prompt step reaches `layer`."""
+    run_layer = context_parallel._Runner.layer
+
+    def stalling(runner: context_parallel._Runner, at: int) -> mx.array:
+        if at == layer:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return run_layer(runner, at)
+
+    context_parallel._Runner.layer = stalling
+
+
 def main() -> None:
     model_path, out, length, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     seed = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     if "MLX_RANK" in os.environ:
-        context_parallel.join(mx.distributed.init(strict=True))
+        group = distributed.join()
+        collectives.set_group(None)  # as the CLI's --parallel context: the model whole
+        context_parallel.join(group)
+        rank, _, layer = os.environ.get("CP_TEST_STALL", "-1:").partition(":")
+        if int(rank) == group.rank():
+            stall_at(int(layer))
     model, tokenizer = lazymlx.load(model_path)
     if not context_parallel.leading() and context_parallel.chain() is not None:
         context_parallel.follow(model)

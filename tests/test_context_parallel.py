@@ -20,10 +20,11 @@ import pytest
 from test_distributed import BIN, Launch, complete, error_lines, on_linux, serving
 
 from lazymlx import LazyConfig
-from lazymlx.context_parallel import Plan, partition, weighted_costs
+from lazymlx.context_parallel import STALL_LAYERS, Chain, Plan, partition, weighted_costs
 from lazymlx.distributed import free_ports
 from lazymlx.models.registry import DEFAULT_MODEL
 from lazymlx.models.tiny import write_tiny_model
+from lazymlx.watchdog import Watchdog
 
 WORKER = Path(__file__).parent / "context_parallel_worker.py"
 CONFIGS = "off,pruning,static"
@@ -51,15 +52,26 @@ def test_pruning_weighs_the_token_term_more():
 
 
 def test_a_plan_reaches_the_other_ranks_as_it_was():
-    plan = Plan(np.arange(300) + 5, [0, 150, 240, 300], 64, 8, [3, 7])
+    plan = Plan(np.arange(300) + 5, [0, 150, 240, 300], 64, 8, [3, 7], 1234)
     again = Plan.decode(plan.encode())
     assert again.tokens.tolist() == plan.tokens.tolist()
-    assert (again.bounds, again.chunk, again.window, again.decisions) == (
+    assert (again.bounds, again.chunk, again.window, again.decisions, again.layer_ms) == (
         plan.bounds,
         64,
         8,
         [3, 7],
+        1234,
     )
+
+
+def test_a_steps_stall_deadline_grows_with_its_prompts_layer():
+    """Four whole first layers as rank 0 models them, never under the floor."""
+    chain = Chain(SimpleNamespace(rank=lambda: 1, size=lambda: 3), Watchdog(60.0))
+    assert chain.deadline() == 60.0  # no step yet: the floor
+    chain.plan = Plan(np.arange(300), [0, 100, 200, 300], 64, 8, [], layer_ms=2_000)
+    assert chain.deadline() == 60.0  # 8 s modelled: the floor
+    chain.plan.layer_ms = 50_000
+    assert chain.deadline() == STALL_LAYERS * 50.0 == 200.0
 
 
 # real chains on loopback
@@ -156,6 +168,80 @@ def test_a_killed_middle_rank_ends_every_rank_within_30_s_with_one_line_each(six
     ours = re.findall(r"error: rank (\d) on \S+ (?:lost the connection|was stopped)", err)
     assert sorted(ours) == ["0", "1"], err
     assert err.count("error:") == 2, err
+
+
+@on_linux
+@pytest.mark.slow
+def test_a_stalled_middle_rank_ends_every_other_rank_within_the_deadline(six_layers, tmp_path):
+    """Three ranks; the chain's middle rank (rank 2: 1 → 2 → 0) stops itself (SIGSTOP) at layer
+    3 of the prompt step, a pruning layer, its connections open. With a 3 s deadline the other
+    two end within seconds, one line each, rank 0's naming what it waited for and from whom;
+    the stopped rank is the test's to kill."""
+    (tmp_path / "chain").mkdir()
+    command = [sys.executable, str(WORKER), str(six_layers), str(tmp_path / "chain"), "500"]
+    env = {"LAZYMLX_STALL_TIMEOUT": "3", "CP_TEST_STALL": "2:3"}
+    launch = Launch(3, *command, "pruning", env=env)
+    try:
+        stopped = _when(lambda: _state(launch.ranks().get(2)) == "T", 120)
+        pids, started = launch.ranks(), time.monotonic()
+        _when(lambda: all(_state(pids.get(rank)) in (None, "Z") for rank in (0, 1)), 30)
+        took = time.monotonic() - started
+        with contextlib.suppress(KeyError, ProcessLookupError):
+            os.kill(pids[2], signal.SIGKILL)
+        _, err = launch.finish(30)
+    finally:
+        launch.end()  # the whole process group, the stopped rank too if it is still there
+    assert stopped and took < 15, (took, err)
+    assert "Traceback" not in err, err
+    ours = re.findall(
+        r"error: rank (\d) on \S+ (waited 3 s for|lost the connection|was stopped)", err
+    )
+    assert sorted(rank for rank, _ in ours) == ["0", "1"] and err.count("error:") == 2, err
+    assert re.search(
+        r"error: rank 0 on \S+ waited 3 s for the keys and values of layer 3 from rank 2: ", err
+    ), err
+
+
+@on_linux
+@pytest.mark.slow
+def test_a_chain_idle_past_the_stall_deadline_still_serves(six_layers):
+    """The wait for rank 0's next prompt is idle by design and has no deadline: with a 2 s one,
+    a server whose chain sat idle longer answers two long prompts (each on the chain) and stops
+    cleanly."""
+    port = free_ports(1)
+    command = [str(BIN / "lazymlx"), "serve", "-m", str(six_layers), "--port", str(port)]
+    env = {"LAZYMLX_STALL_TIMEOUT": "2"}
+    launch = Launch(2, *command, "--parallel", "context", env=env)
+    try:
+        url = serving(launch, port)
+        replies = []
+        for prompt in ("the cat sat on the mat ", "a dog ran in the park "):
+            time.sleep(4)  # idle, past the deadline
+            replies.append(complete(url, prompt=prompt * 50, max_tokens=4))
+        os.kill(launch.ranks()[0], signal.SIGINT)  # Ctrl-C: rank 0 stops, and tells rank 1
+        _, err = launch.finish(60)
+    finally:
+        launch.end()
+    assert all(reply["usage"]["completion_tokens"] >= 1 for reply in replies), replies
+    assert not any(line.startswith("error") for line in error_lines(err)), err
+
+
+def _state(pid: int | None) -> str | None:
+    """A process's state letter (R, S, T stopped, Z ended), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, TypeError):
+        return None
+
+
+def _when(condition, timeout: float) -> bool:
+    """Whether `condition()` came true within `timeout` seconds (polled every 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _quietly(ask, *args, **kwargs) -> None:
