@@ -469,3 +469,23 @@ $lazymlx calibrate -m $m --families scored --lengths 512 --cases 2 --candidates 
 $lazymlx eval -m $m --split validation --families completion --lengths 512,1k,2k --cases 2 --lazy default --reference \
   --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_open.jsonl --resume
 $lazymlx bench -m $m -l 2k --lazy default -n 16 -r 1 -o json > $results/models/$m/bench_2k_floor.json
+#    Open-ended answers at 8k on Qwen, and calibrate's gates (issue 53, 2026-11-27, evening)
+m=qwen2.5-coder-0.5b
+$lazymlx calibrate -m $m --families summary,question,completion --lengths 8k --cases 1 \
+  --candidates "0.5@24% 0.3@57% min1024 sparse" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+$lazymlx calibrate -m $m --families summary,question,completion --lengths 8k --cases 1 \
+  --candidates "0.3@57% min1024 sparse,0.2@67% min1024 sparse,0.5@57% min1024 sparse" --no-save \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/calibration_open.jsonl --resume
+#    (stopped after 0.3@57%'s summary and question, both below the margin)
+$lazymlx calibrate -m $m --records $results/models/$m/calibration_open.jsonl --no-save
+#    (no candidate, behind no gate: Qwen's default runs every prompt whole)
+#    The cards' rows where the floors bind (2k; SmolLM2's and Gemma's 4k were not re-run)
+$lazymlx eval -m smollm2-135m --split validation --families scored --right-only --lengths 2k --lazy default \
+  --baselines lazymlx/evals/baselines/smollm2-135m.json --journal $results/models/smollm2-135m/validation_floor.jsonl --resume
+m=gemma3-270m
+$lazymlx eval -m $m --split validation --families scored --lengths 2k --cases 2 --lazy default --right-only \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_floor.jsonl --resume
+$lazymlx eval -m $m --split validation --families scored --lengths 4k --cases 1 --lazy default --right-only \
+  --baselines lazymlx/evals/baselines/$m.json --journal $results/models/$m/validation_floor.jsonl --resume
+.venv/bin/python benchmarks/tables.py card $results/models/*/card.json

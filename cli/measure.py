@@ -879,8 +879,8 @@ def _check_chosen(result, bar) -> None:
     if result.chosen is None and result.fast is None:
         raise LazymlxError(
             f"no candidate kept {bar.per_length:.0%} of the baseline's answers at every length "
-            f"and {bar.per_family:.0%} in every family, nor {bar.fast_overall:.0%} overall on "
-            "every case it ran; lower the bar, add cases, or give it more time (--journal with "
+            f"and {bar.per_family:.0%} in every family (behind any gate), nor "
+            f"{bar.fast_overall:.0%} overall on every case it ran; lower the bar, add cases, or give it more time (--journal with "
             "--resume goes on)"
         )
 
