@@ -48,8 +48,10 @@ def test_bench_smoke_on_the_default_model(real):
 
 def test_eval_smoke_on_the_default_model(real):
     """One short calibration case per family through its path (raw, follow-up, context file,
-    LLM prefix reuse, chat), against the committed baselines: nothing re-runs stock mlx-lm; the
-    shipped presets give the tokens they gave before."""
+    LLM prefix reuse, chat), against the committed baselines: nothing re-runs stock mlx-lm;
+    `fast` (which prunes at 1k) gives the tokens it gave before. The default is not run: its
+    floor keeps a 1k prompt whole, and its tokens here were stock's in every family (the bench
+    smoke above checks that it computes all the work under its floor)."""
     data = json.loads(
         invoke(
             "eval",
@@ -62,7 +64,7 @@ def test_eval_smoke_on_the_default_model(real):
             "--cases",
             "1",
             "--lazy",
-            "default,fast",
+            "fast",
             "--output",
             "json",
         )  # fmt: skip
@@ -74,15 +76,8 @@ def test_eval_smoke_on_the_default_model(real):
     )
     rows = {(r["family"], r["mode"]): r for r in data["rows"] if r["length"] == 1024}
     assert {family for family, _ in rows} == set(FAMILIES) | {"all"}
-    default = rows["all", "lazy:default"]
-    assert default["compute_fraction"] == 1  # at 1k the default's floor keeps every token
     assert rows["all", "lazy:fast"]["compute_fraction"] < 0.7
-    # the bar SmolLM2's default was calibrated to
-    planted = [c for c in data["cases"] if c["mode"] == "lazy:default" and c["family"] not in OPEN]
-    right = [c for c in planted if c["baseline_correct"]]
-    assert len(right) >= 8 and sum(bool(c["correct"]) for c in right) >= 0.9 * len(right)
-    for family in OPEN:  # judged against stock's own answer, which stock keeps
-        assert rows[family, "lazy:default"]["score"] == 1
+    for family in OPEN:  # stock's answers, judged against themselves
         assert rows[family, "baseline"]["score"] == 1
     tokens = {f"{c['family']} {c['mode']}": c["tokens"] for c in data["cases"]}
     assert tokens == json.loads(PRESET_TOKENS.read_text())
