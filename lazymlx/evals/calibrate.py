@@ -66,6 +66,17 @@ _GATE = re.compile(r"(?P<candidate>.+) from(?P<tokens>\d+)")
 GATE_STEP = 256  # gates are whole multiples of this many tokens
 
 
+def gated_name(candidate: str, tokens: int) -> str:
+    """A candidate behind a gate, by name: prompts under `tokens` tokens run whole."""
+    return f"{candidate} from{tokens}"
+
+
+def gate_tokens(name: str) -> int | None:
+    """The gate a candidate's name sets (None: it has none)."""
+    gate = _GATE.fullmatch(name)
+    return None if gate is None else int(gate["tokens"])
+
+
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
     """Every listed candidate's config, built from a model's default."""
     return {name: candidate_config(default, name) for name in CANDIDATES}
@@ -309,7 +320,7 @@ def gated(records: Iterable[Record], mode: str, length: int, tokens: int) -> lis
     """Candidate `mode` behind a gate, as records: stock's own below `length` (those prompts run
     whole, so they give stock's answers at stock's time) and the candidate's from `length` up
     (its prompts there clear the gate and prune as they did bare)."""
-    name, stock = f"{mode} from{tokens}", {}
+    name, stock = gated_name(mode, tokens), {}
     for r in records:
         if r.mode == BASELINE and r.length < length:
             stock.setdefault(case_id(r), replace(r, mode=name, baseline_ttft_s=r.ttft_s))
@@ -327,7 +338,7 @@ def _gated_rows(records: list[Record], bar: Bar, every_case: set[CaseId]) -> lis
         rows = []
         for mode in modes:
             mine = [*fixed, *gated(records, mode, length, tokens)]
-            name = f"{mode} from{tokens}"
+            name = gated_name(mode, tokens)
             rows.append(_frontier_row(mine, summarize(mine), name, bar, every_case))
         if any(row["meets_default"] for row in rows):
             return rows

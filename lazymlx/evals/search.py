@@ -24,7 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from lazymlx.evals.calibrate import OPEN_MARGIN, Bar, CaseId, case_id, counting, gated, gates
+from lazymlx.evals.calibrate import (
+    OPEN_MARGIN,
+    Bar,
+    CaseId,
+    case_id,
+    counting,
+    gate_tokens,
+    gated,
+    gated_name,
+    gates,
+)
 from lazymlx.evals.measure import BASELINE
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.runner import Record
@@ -202,7 +212,7 @@ def _next_gated(
     todo, hard = counting(ran.get(BASELINE, {}).values()), lost(records)
     for length, tokens in sorted(gates(records).items()):
         for mode in plan.candidates:
-            name = f"{mode} from{tokens}"
+            name = gated_name(mode, tokens)
             seen = ran | {name: {case_id(r): r for r in gated(records, mode, length, tokens)}}
             verdict = judge(plan, seen, name)
             if verdict.default and verdict.done:
@@ -246,7 +256,7 @@ def standing(plan: Plan, records: Sequence[Record]) -> dict[str, str]:
     if not default_met:
         step, met = _next_gated(plan, records, seen)
         if met is not None:
-            tokens = met.rsplit(" from", 1)[1]
+            tokens = gate_tokens(met)
             out[met] = f"met the default's bar with prompts under {tokens} tokens run whole"
         elif step is None:
             out["behind a gate"] = "no candidate met the default's bar at the longer lengths"
