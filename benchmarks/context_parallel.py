@@ -29,13 +29,23 @@ rank receives, computes its slice, forwards), and so does the model.
 
 from __future__ import annotations
 
+import contextlib
+import os
+
+# --cores-per-rank: each rank (and the one process) on cores of its own, as on a machine of its
+# own; set before OpenBLAS starts its threads, which keep the affinity they start with
+if CORES_PER_RANK := int(os.environ.get("CP_CORES_PER_RANK", "0")):
+    _first = int(os.environ.get("MLX_RANK", "0")) * CORES_PER_RANK
+    os.environ["OPENBLAS_NUM_THREADS"] = str(CORES_PER_RANK)
+    with contextlib.suppress(OSError):  # a sandbox may refuse; the thread count still holds
+        os.sched_setaffinity(0, range(_first, _first + CORES_PER_RANK))
+
 import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
 
 # isort: split
 import argparse
-import contextlib
 import json
-import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +66,10 @@ from lazymlx.evals.bench import bench_prompt
 from lazymlx.lengths import parse_lengths
 
 MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"
+# Qwen2.5-Coder-0.5B's layers (Llama-shaped: its q/k/v biases cost nothing to speak of), for
+# timing where its weights cannot go; the vocabulary is the tiny byte tokenizer's
+QWEN_SHAPE = dict(num_layers=24, hidden_size=896, num_heads=14, num_kv_heads=2)
+QWEN_SHAPE |= dict(intermediate_size=4864, context=32768)
 LATENCY_S = 100e-6  # per message (Thunderbolt/Ethernet TCP, the issue's figure)
 BANDWIDTH = 8e9  # bytes per second
 
@@ -80,6 +94,16 @@ def masks(args: argparse.Namespace) -> None:
     print(f"{len(prompt)} tokens, {seconds:.1f} s, kept at the last layer: {len(carried[-1])}")
 
 
+# shape: a random-weight model of Qwen's layer shape
+
+
+def shape(args: argparse.Namespace) -> None:
+    from lazymlx.models.tiny import write_tiny_model
+
+    write_tiny_model(Path(args.out), **QWEN_SHAPE)
+    print(f"{args.out}: random weights, Qwen2.5-Coder-0.5B's layer shape {QWEN_SHAPE}")
+
+
 # chain: real ranks
 
 
@@ -99,6 +123,7 @@ def chain_rank(args: argparse.Namespace) -> None:
     if chain is not None and not chain.leads:
         context_parallel.follow(model)
         sent = {"messages": chain.traffic.messages, "times": chain.times}
+        sent["cores"] = sorted(os.sched_getaffinity(0))
         (out / f"rank{chain.rank}.json").write_text(json.dumps(sent))
         return
     prompt = bench_prompt(tokenizer, "passkey", parse_lengths(args.lengths)[0]).tokens
@@ -119,6 +144,7 @@ def chain_rank(args: argparse.Namespace) -> None:
         "carried": [positions for _, positions in state.record[: state.num_layers]],
         "computed": computed(state.record, state.num_layers, len(prompt)),
         "depths": np.array(state.aux.depths()[: len(prompt)]).tolist(),
+        "cores": sorted(os.sched_getaffinity(0)),
     }
     if chain is not None:
         plan = chain.plan
@@ -165,7 +191,9 @@ def run_ranks(command: list[str], ranks: int, timeout: float = 3600) -> None:
     """`command` in one process (ranks 1) or as `ranks` ranks of mlx.launch on loopback (ring
     backend, free ports), in its own process group, every process of it ended afterwards."""
     if ranks > 1:
-        launch = [sys.executable.replace("python", "mlx.launch"), "-n", str(ranks)]
+        beside = Path(sys.executable).parent / "mlx.launch"
+        launcher = str(beside) if beside.exists() else shutil.which("mlx.launch")
+        launch = [launcher, "-n", str(ranks)]
         launch += ["--backend", "ring", "--starting-port", str(distributed.free_ports(ranks))]
         command = [*launch, "--python", sys.executable, *command[1:]]
     process = subprocess.Popen(command, start_new_session=True)
@@ -179,78 +207,83 @@ def run_ranks(command: list[str], ranks: int, timeout: float = 3600) -> None:
 
 
 def chain(args: argparse.Namespace) -> None:
-    """One process, then each group size; the table of what matched and what was sent."""
+    """One process, then each group size; the table of what matched and what was sent, written
+    after each group size (a run cut short keeps what it measured)."""
     here = Path(tempfile.mkdtemp(prefix="cp_chain_"))  # the ranks' own files
+    if args.cores_per_rank:
+        os.environ["CP_CORES_PER_RANK"] = str(args.cores_per_rank)  # read by each rank first
     script = [sys.executable, __file__, "chain-rank", "-m", args.model, "-l", args.lengths]
     script += ["--lazy", args.lazy, "--gen-len", str(args.gen_len), "--runs", str(args.runs)]
-    runs = {}
-    for ranks in [1, *map(int, args.ranks.split(","))]:
+
+    def run(ranks: int) -> dict:
         out = here / f"ranks{ranks}"
         out.mkdir(exist_ok=True)
         run_ranks([*script, "--out", str(out)], ranks)
-        runs[ranks] = {
-            r: json.loads((out / f"rank{r}.json").read_text()) for r in range(max(ranks, 1))
-        }
+        return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)}
+
+    alone = run(1)[0]
     model, _ = lazymlx.load(args.model)
     adapter = LazyState(model).adapter
-    alone = runs[1][0]
     table = {"model": args.model, "lazy": args.lazy, "prompt_tokens": alone["prompt_tokens"]}
-    table |= {"machine": MACHINE, "gen_len": args.gen_len, "tokens": alone["tokens"]}
+    table |= {"machine": args.machine, "gen_len": args.gen_len, "tokens": alone["tokens"]}
+    table["cores_per_rank"] = args.cores_per_rank or "all, shared"
+    table["one_process_cores"] = alone["cores"]
     table["runs"] = f"{args.runs} per group size, the last timed"
-    table["kept_per_layer"] = [len(p) for p in runs[max(runs)][0]["carried"]]  # the chain's step
+    table["kept_per_layer"] = [len(p) for p in alone["carried"]]
     table["one_process_ttft_s"] = alone["ttft_s"]
-    for ranks, ranked in runs.items():
-        if ranks == 1:
-            continue
-        lead = ranked[0]
-        checks = {
-            "same_tokens": lead["tokens"] == alone["tokens"],
-            "same_kept_rows": lead["computed"] == alone["computed"],
-            "same_depths": lead["depths"] == alone["depths"],
-        }
-        same = all(checks.values())
-        expected = expected_bytes(
-            adapter, lead["carried"], lead["bounds"], lead["window"], lead["decisions"]
-        )
-        rows = []
-        for rank, sent in ranked.items():
-            per_layer = {}
-            for layer, _, size in sent["messages"]:
-                if layer >= 0:
-                    count, total = per_layer.get(layer, (0, 0))
-                    per_layer[layer] = (count + 1, total + size)
-            measured = [per_layer.get(layer, (0, 0)) for layer in range(len(lead["carried"]))]
-            rows.append(
-                {
-                    "rank": rank,
-                    "bytes": sum(b for _, b in measured),
-                    "messages": sum(m for m, _ in measured),
-                    "equals_formula": measured == [tuple(x) for x in expected[rank]],
-                    "gather_bytes": sum(s for layer, w, s in sent["messages"] if w != "header"
-                                        and layer < 0),
-                }
-            )  # fmt: skip
-        # tensor parallelism: two all_sums of (tokens reaching the layer × hidden) fp32 per rank
-        tp = sum(2 * len(p) * adapter.hidden_size * 4 for p in lead["carried"])
-        table[f"ranks{ranks}"] = {
-            **checks,
-            "same_as_one_process": same,
-            "ttft_s": lead["ttft_s"],
-            "bounds": lead["bounds"],
-            "per_rank": rows,
-            "tensor_parallel_bytes_per_rank": tp,
-            "chain_max_rank_bytes_vs_tp": max(r["bytes"] for r in rows) / tp,
-            "chain_total_bytes_vs_tp_total": sum(r["bytes"] for r in rows) / (tp * ranks),
-        }
-    Path(args.output).write_text(json.dumps(table, indent=1))
-    shown = "; ".join(
-        f"{r}: {v['ttft_s']:.1f} s, same {v['same_as_one_process']}"
-        for r, v in table.items()
-        if r.startswith("ranks")
+    print(f"{args.model} {args.lazy}, {alone['prompt_tokens']} tokens "
+          f"({table['kept_per_layer'][-1]} at the last layer): one process {alone['ttft_s']:.1f} s")  # fmt: skip
+    for ranks in map(int, args.ranks.split(",")):
+        group = table[f"ranks{ranks}"] = group_row(adapter, alone, run(ranks))
+        Path(args.output).write_text(json.dumps(table, indent=1))
+        print(f"{ranks} ranks: {group['ttft_s']:.1f} s ({group['ttft_vs_one_process']:.2f}x), "
+              f"same as one process: {group['same_as_one_process']}")  # fmt: skip
+
+
+def group_row(adapter, alone: dict, ranked: dict) -> dict:
+    """One group's run against the one process's: what matched, TTFT, and what each rank sent
+    against the formula and against tensor parallelism."""
+    lead = ranked[0]
+    checks = {
+        "same_tokens": lead["tokens"] == alone["tokens"],
+        "same_kept_rows": lead["computed"] == alone["computed"],
+        "same_depths": lead["depths"] == alone["depths"],
+    }
+    expected = expected_bytes(
+        adapter, lead["carried"], lead["bounds"], lead["window"], lead["decisions"]
     )
-    kept = table["kept_per_layer"][-1]
-    print(f"{args.model} {args.lazy}, {table['prompt_tokens']} tokens ({kept} at the last layer):")
-    print(f"one process {alone['ttft_s']:.1f} s; {shown}")
+    rows = []
+    for rank, sent in ranked.items():
+        per_layer = {}
+        for layer, _, size in sent["messages"]:
+            if layer >= 0:
+                count, total = per_layer.get(layer, (0, 0))
+                per_layer[layer] = (count + 1, total + size)
+        measured = [per_layer.get(layer, (0, 0)) for layer in range(len(lead["carried"]))]
+        rows.append(
+            {
+                "rank": rank,
+                "bytes": sum(b for _, b in measured),
+                "messages": sum(m for m, _ in measured),
+                "equals_formula": measured == [tuple(x) for x in expected[rank]],
+                "gather_bytes": sum(s for layer, w, s in sent["messages"] if w != "header"
+                                    and layer < 0),
+            }
+        )  # fmt: skip
+    # tensor parallelism: two all_sums of (tokens reaching the layer × hidden) fp32 per rank
+    tp = sum(2 * len(p) * adapter.hidden_size * 4 for p in lead["carried"])
+    return {
+        **checks,
+        "same_as_one_process": all(checks.values()),
+        "ttft_s": lead["ttft_s"],
+        "ttft_vs_one_process": lead["ttft_s"] / alone["ttft_s"],
+        "cores": {rank: sent["cores"] for rank, sent in ranked.items()},
+        "bounds": lead["bounds"],
+        "per_rank": rows,
+        "tensor_parallel_bytes_per_rank": tp,
+        "chain_max_rank_bytes_vs_tp": max(r["bytes"] for r in rows) / tp,
+        "chain_total_bytes_vs_tp_total": sum(r["bytes"] for r in rows) / (len(ranked) * tp),
+    }
 
 
 # model: the critical path, replayed
@@ -548,7 +581,9 @@ def imbalance(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("job", choices=["masks", "chain", "chain-rank", "model", "imbalance"])
+    jobs = {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}
+    jobs |= {"imbalance": imbalance, "shape": shape}
+    parser.add_argument("job", choices=list(jobs))
     parser.add_argument("-m", "--model", default="smollm2-135m")
     parser.add_argument("-l", "--lengths", default="2k")
     parser.add_argument("--lazy", default="default")
@@ -559,9 +594,9 @@ def main() -> None:
     parser.add_argument("--ranks", default="2")
     parser.add_argument("--masks", default=None)
     parser.add_argument("--fit", default=None, help="model: replay this earlier output's fit")
+    parser.add_argument("--cores-per-rank", type=int, default=0, help="chain: pin each rank")
+    parser.add_argument("--machine", default=MACHINE, help="chain: what the table ran on")
     args = parser.parse_args()
-    jobs = {"masks": masks, "chain": chain, "chain-rank": chain_rank, "model": ttft_model}
-    jobs["imbalance"] = imbalance
     jobs[args.job](args)
 
 

@@ -48,20 +48,25 @@ def tokenizer_metadata() -> dict[str, Any]:
 
 
 def tiny_config(
-    num_layers: int = 4, hidden_size: int = 64, num_heads: int = 4, num_kv_heads: int = 2
+    num_layers: int = 4,
+    hidden_size: int = 64,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int | None = None,
+    context: int = 2048,
 ) -> dict[str, Any]:
     vocab_size = len(tokenizer_metadata()["tokenizer.ggml.tokens"])
     return {
         "model_type": "llama",
         "hidden_size": hidden_size,
         "num_hidden_layers": num_layers,
-        "intermediate_size": hidden_size * 2,
+        "intermediate_size": intermediate_size or hidden_size * 2,
         "num_attention_heads": num_heads,
         "num_key_value_heads": num_kv_heads,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
         "vocab_size": vocab_size,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": context,
         "tie_word_embeddings": True,
         "bos_token_id": 1,
         "eos_token_id": 2,
