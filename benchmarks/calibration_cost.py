@@ -52,7 +52,7 @@ def plan_for(records: list[Record]) -> Plan:
     """The search over the file's cases and candidates, the reference where the file has it."""
     cases = run_order(case_id(r) for r in records if r.mode == BASELINE)
     lengths = [length for _, length, _ in cases]
-    base = PRESETS["default"]  # "default" in the file: the rule it ran then, 0.2@67%
+    base = PRESETS["gentle"]  # "default" in the file: the rule it ran then, 0.2@67%
     configs = {name: candidate_config(base, name) for name in candidates(records)}
     shares = {
         name: (lambda n, c=config: c.work_share(n, LAYERS)) for name, config in configs.items()

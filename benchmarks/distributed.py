@@ -42,7 +42,7 @@ from lazymlx.lengths import parse_lengths
 from lazymlx.prompts import holds_answer
 
 HERE = Path(__file__).parent
-MODES = {"off": None, "default": PRESETS["default"]}
+MODES = {"off": None, "gentle": PRESETS["gentle"]}
 COLLECTIVES = ("all_sum", "all_max", "all_min", "all_gather")
 
 

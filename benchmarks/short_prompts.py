@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     model, tokenizer = lazymlx.load()
-    pruned = replace(PRESETS["default"], min_prompt=0)
+    pruned = replace(PRESETS["gentle"], min_prompt=0)
     records = []
     for kind, tokens in prompts(tokenizer):
         runs = {}

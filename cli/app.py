@@ -147,30 +147,36 @@ def _lazy_config(preset: str, model: str) -> LazyConfig | None:
 
 
 def _calibration_note(preset: str, model: str) -> str | None:
-    """What to say, once the model is loaded, when its presets were not calibrated on it."""
+    """What to say, once the model is loaded, when its presets were not calibrated on it: the
+    default runs whole there, and the built-in rules that prune were not checked on it."""
     from lazymlx import collectives
     from lazymlx.engine.presets import calibrated
 
-    if (
-        preset in ("default", "fast", *DERIVED)
-        and collectives.rank() == 0
-        and not calibrated(model)
-    ):
+    if preset not in ("default", "gentle", "fast", *DERIVED) or collectives.rank() != 0:
+        return None
+    if calibrated(model):
+        return None
+    if preset in ("gentle", "fast"):
         return (
-            f"{model} has no calibrated presets: {preset!r} is the built-in rule; "
-            f"`lazymlx calibrate -m {model}` fits them to this model"
+            f"{model} has no calibrated presets: {preset!r} is a built-in rule, not checked on "
+            f"this model; `lazymlx calibrate -m {model}` fits one to it"
         )
-    return None
+    return (
+        f"{model} is not calibrated, so {preset!r} runs every prompt whole (stock's answers); "
+        f"`lazymlx calibrate -m {model}` finds a pruned default that keeps its answers, or "
+        "--lazy gentle or fast prune now, as trades"
+    )
 
 
 def _first_use_note(
     preset: str, model: str, loaded, quiet: bool = False
 ) -> tuple[str | None, bool]:
     """The calibration note, and whether it is the first-use one: the first time an
-    uncalibrated model runs here, instead one line saying what the built-in rule computes and
-    how long `lazymlx calibrate` would take on this machine, timed on a short stock prompt
-    (seconds, once per model): the moment a user first meets the rule is the moment to say
-    what calibrating costs. A quiet run shows no note, so it keeps the first use for later."""
+    uncalibrated model runs here, instead one line saying what the preset computes and how
+    long `lazymlx calibrate` would take on this machine, timed on a short stock prompt
+    (seconds, once per model): the moment a user first meets an uncalibrated model is the
+    moment to say what calibrating costs. A quiet run shows no note, so it keeps the first use
+    for later."""
     from lazymlx import collectives
 
     note = _calibration_note(preset, model)
@@ -184,9 +190,13 @@ def _first_use_note(
     layers, ranking = len(adapter.layers), adapter.ranking_layers
     minutes = _calibration_minutes(loaded, resolve_preset("default", model), layers, ranking)
     share = resolve_preset(preset, model).work_share(2048, layers, ranking)
+    what = (
+        "runs every prompt whole"
+        if share >= 1
+        else f"is a built-in rule, {share:.0%} of the prompt work at 2k tokens"
+    )
     return (
-        f"{model} is not calibrated: {preset!r} is the built-in rule, "
-        f"{share:.0%} of the prompt work at 2k tokens; "
+        f"{model} is not calibrated: {preset!r} {what}; "
         f"`lazymlx calibrate -m {model}` takes about {minutes:.0f} minutes on this machine"
         + (" (--minutes 10 fits it to ten)" if minutes > 10 else "")
     ), True
@@ -628,7 +638,7 @@ def models_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead.")] = False,
 ) -> None:
     """Show the models the registry knows and those converted locally, with whether each has
-    presets calibrated on it (others run the built-in rule)."""
+    presets calibrated on it (the others run every prompt whole by default)."""
     from lazymlx.models.registry import models_dir
 
     rows = _model_rows()

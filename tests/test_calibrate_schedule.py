@@ -208,10 +208,10 @@ def test_open_answers_are_judged_at_every_length_not_only_pooled():
 
 
 def test_a_gate_is_written_into_the_candidates_name():
-    config = candidate_config(PRESETS["default"], "0.5@24% 0.3@57% min1024 sparse from3840")
+    config = candidate_config(PRESETS["gentle"], "0.5@24% 0.3@57% min1024 sparse from3840")
     assert (config.min_prompt, config.min_keep, config.decode) == (3840, 1024, "sparse")
     assert config.schedule == ((0.24, 0.5), (0.57, 0.3))
-    assert candidate_config(PRESETS["default"], "default from2048").min_prompt == 2048
+    assert candidate_config(PRESETS["gentle"], "default from2048").min_prompt == 2048
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -312,9 +312,10 @@ def test_work_share_is_what_the_prompt_step_computes(tiny):
     *_, last = lazymlx.stream_generate(model, tokenizer, prompt, max_tokens=1, lazy=config)
     layers = len(model.layers)
     assert config.work_share(len(prompt), layers) == pytest.approx(last.lazy.work_share)
-    assert PRESETS["default"].work_share(4003, 24) == pytest.approx(0.78294, abs=1e-5)
-    assert PRESETS["default"].work_share(1003, 24) == 1.0  # its floor keeps every token
-    assert PRESETS["default"].work_share(200, 24) == 1.0  # under min_prompt: whole
+    assert PRESETS["gentle"].work_share(4003, 24) == pytest.approx(0.78294, abs=1e-5)
+    assert PRESETS["gentle"].work_share(1003, 24) == 1.0  # its floor keeps every token
+    assert PRESETS["gentle"].work_share(200, 24) == 1.0  # under min_prompt: whole
+    assert PRESETS["default"].work_share(4003, 24) == 1.0  # an uncalibrated model: whole
 
 
 def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(

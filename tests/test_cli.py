@@ -76,8 +76,9 @@ def test_generate_json(tiny_model_dir: Path):
 
 def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
     fractions = {}
-    # 40 and 350 repeats: under the default's 256-token min_prompt, over its 1,024-token floor
-    for preset, repeats in (("default", 350), ("off", 350), ("default", 40)):
+    # 40 and 350 repeats: under gentle's 256-token min_prompt, over its 1,024-token floor
+    presets = (("gentle", 350), ("off", 350), ("gentle", 40), ("default", 350))
+    for preset, repeats in presets:
         result = runner.invoke(
             app,
             ["generate", "-m", str(tiny_model_dir), "-p", "the cat " * repeats, "--raw", "-n", "3"]
@@ -87,8 +88,9 @@ def test_lazy_presets_select_the_engine_or_stock_mlx_lm(tiny_model_dir: Path):
         data = json.loads(result.stdout)
         assert data["lazy"] == preset
         fractions[preset, repeats] = data.get("work_share", 1.0)  # absent: nothing pruned
-    assert fractions["off", 350] == 1.0 and fractions["default", 350] < 0.9
-    assert fractions["default", 40] == 1.0  # a short prompt runs whole
+    assert fractions["off", 350] == 1.0 and fractions["gentle", 350] < 0.9
+    assert fractions["gentle", 40] == 1.0  # a short prompt runs whole
+    assert fractions["default", 350] == 1.0  # an uncalibrated model's default runs whole
 
 
 def test_generate_applies_the_chat_template_unless_raw(tiny_model_dir: Path):
@@ -727,8 +729,17 @@ def test_an_uncalibrated_model_says_so_in_one_dim_line(tiny_model_dir: Path):
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if "calibrat" in line]
     assert lines == [
-        f"{tiny_model_dir} has no calibrated presets: 'default' is the built-in rule; "
-        f"`lazymlx calibrate -m {tiny_model_dir}` fits them to this model"
+        f"{tiny_model_dir} is not calibrated, so 'default' runs every prompt whole (stock's "
+        f"answers); `lazymlx calibrate -m {tiny_model_dir}` finds a pruned default that keeps "
+        "its answers, or --lazy gentle or fast prune now, as trades"
+    ]
+    result = runner.invoke(
+        app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--lazy", "fast"]
+    )
+    lines = [line for line in result.stderr.splitlines() if "calibrat" in line]
+    assert lines == [
+        f"{tiny_model_dir} has no calibrated presets: 'fast' is a built-in rule, not checked "
+        f"on this model; `lazymlx calibrate -m {tiny_model_dir}` fits one to it"
     ]
     stock = runner.invoke(
         app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--lazy", "off"]

@@ -104,7 +104,7 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch):
 def test_a_request_reaches_the_other_ranks_as_rank_0_runs_it():
     request = _Request(
         [5, 6, 7],
-        PRESETS["default"],
+        PRESETS["gentle"],
         {"max_tokens": 9, "temp": 0.5, "logit_bias": {12: -3.0}, "seed": 4},
         Stream(),
         None,
@@ -126,13 +126,13 @@ def test_a_context_file_loads_only_into_a_group_of_the_size_that_saved_it(tmp_pa
     prompt_step(state, mx.array(random_tokens(20)), LazyConfig())
     mine = tmp_path / "mine.safetensors"
     save_context(mine, Context(state, list(range(20))), "m", "default")
-    assert load_context(mine, model, "m", PRESETS["default"])[0].tokens == list(range(20))
+    assert load_context(mine, model, "m", PRESETS["gentle"])[0].tokens == list(range(20))
     theirs = tmp_path / "theirs.safetensors"
     save_prompt_cache(
         str(theirs), list(state), {"model": "m", "preset": "default", "group_size": "3"}
     )
     with pytest.raises(LazymlxError) as refused:
-        load_context(theirs, model, "m", PRESETS["default"])
+        load_context(theirs, model, "m", PRESETS["gentle"])
     assert str(refused.value) == (
         f"{theirs} holds the context of a group of 3 ranks; load it in a group of 3 "
         "(mlx.launch with 3 ranks)"
@@ -223,7 +223,7 @@ def error_lines(stderr: str) -> list[str]:
     """Our lines, not mlx.launch's own about each rank's exit ("[WARN] Node with rank 1 exited
     with code 1", printed in pieces from several threads, so sometimes split over lines), nor
     rank 0's dim note that the tiny model's presets were not calibrated on it."""
-    theirs = ("[WARN]", "Node with rank", "has no calibrated presets")
+    theirs = ("[WARN]", "Node with rank", "has no calibrated presets", "is not calibrated")
     lines = [ANSI_ESCAPE.sub("", line) for line in stderr.splitlines()]  # its colours, split too
     return [line for line in lines if line.strip() and not any(t in line for t in theirs)]
 
@@ -262,7 +262,8 @@ def test_lazymlx_under_mlx_launch_writes_once_and_saves_a_context_for_its_group(
 ):
     context = tmp_path / "context.safetensors"
     generate = [str(BIN / "lazymlx"), "generate", "-m", str(tiny_model_dir), "--raw", "--json"]
-    prompt = ["-p", "the cat " * 350, "-n", "6"]  # past the default preset's floor: pruned
+    generate += ["--lazy", "gentle"]
+    prompt = ["-p", "the cat " * 350, "-n", "6"]  # past the gentle rule's floor: pruned
     alone = json.loads(Launch(0, *generate, *prompt).finish(60)[0])
     out, err = Launch(2, *generate, *prompt, "--prompt-cache-file", str(context)).finish(180)
     assert error_lines(err) == [] and len(out.splitlines()) == 1, err
@@ -342,7 +343,7 @@ def conversation(url: str) -> list[dict]:
 def test_serve_under_mlx_launch_answers_as_one_process_and_stops_every_rank(tiny_model_dir):
     """Without idle completion: how much of a kept context it finishes before the next request
     arrives depends on timing, and a group's lockstep units are slower than one process's."""
-    untimed = replace(PRESETS["default"], complete="off")
+    untimed = replace(PRESETS["gentle"], complete="off")
     save_preset(str(tiny_model_dir), "no-idle", untimed, {"for": "a test without idle timing"})
     port = distributed.free_ports(1)
     command = [str(BIN / "lazymlx"), "serve", "-m", str(tiny_model_dir), "--port", str(port)]

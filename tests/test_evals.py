@@ -330,7 +330,7 @@ def test_a_candidate_missing_cases_is_shown_but_not_chosen():
 
 
 def test_candidates_run_once_each_and_only_those_named():
-    built_in = PRESETS["default"]  # 0.2@67% min1024, reviving while decoding: its name
+    built_in = PRESETS["gentle"]  # 0.2@67% min1024, reviving while decoding: its name
     assert [s.mode for s in candidate_strategies(built_in)] == list(SCHEDULES)  # no twin
     other = replace(built_in, schedule=((0.3, 0.5),))
     assert [s.mode for s in candidate_strategies(other)] == ["default", *SCHEDULES]
@@ -352,7 +352,7 @@ def test_candidates_run_once_each_and_only_those_named():
 def test_a_sparse_decode_candidate_runs_when_named_and_wins_a_tie_in_work():
     """Decode revival costs decode time and no prefill work, so at equal prefill work a schedule
     that decodes without it is the faster one, and it is chosen when it keeps the answers."""
-    calibrated = replace(PRESETS["default"], schedule=((0.24, 0.4), (0.57, 0.4)), min_keep=0)
+    calibrated = replace(PRESETS["gentle"], schedule=((0.24, 0.4), (0.57, 0.4)), min_keep=0)
     (sparse,) = candidate_strategies(calibrated, ["0.4@24% 0.4@57% sparse"])
     assert sparse.config == replace(calibrated, decode="sparse")
     # a name means one decode policy whatever the model's default decodes

@@ -1,5 +1,5 @@
-"""The first time an uncalibrated model runs here, one line says what the built-in rule computes
-and how long calibrating it would take on this machine; later runs get the short note."""
+"""The first time an uncalibrated model runs here, one line says what its preset computes and
+how long calibrating it would take on this machine; later runs get the short note."""
 
 from __future__ import annotations
 
@@ -25,14 +25,30 @@ def test_generate_says_what_calibrating_costs_the_first_time_only(
     assert quiet.exit_code == 0 and "calibrat" not in quiet.stderr
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    line = re.search(r"is not calibrated: 'default' is the built-in rule, (\d+)% of the prompt "
-                     r"work at 2k tokens; `lazymlx calibrate -m .*` takes about (\d+) minutes "
-                     r"on this machine", " ".join(first.stderr.split()))  # fmt: skip
+    line = re.search(r"is not calibrated: 'default' runs every prompt whole; `lazymlx calibrate "
+                     r"-m .*` takes about (\d+) minutes on this machine",
+                     " ".join(first.stderr.split()))  # fmt: skip
     assert line is not None, first.stderr
-    assert 50 < int(line[1]) < 100
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "takes about" not in again.stderr
-    assert "has no calibrated presets" in again.stderr
+    assert "is not calibrated, so 'default' runs every prompt whole" in again.stderr
+    gentle = runner.invoke(app, [*args, "--lazy", "gentle"])
+    assert "'gentle' is a built-in rule, not checked on this model" in gentle.stderr
+
+
+def test_the_first_use_of_a_pruning_rule_says_how_much_it_computes(
+    tiny_model_dir: Path, tmp_path: Path
+):
+    model = tmp_path / "fresh-model"
+    shutil.copytree(tiny_model_dir, model)
+    args = ["generate", "-m", str(model), "-p", "the", "--raw", "-n", "2", "--lazy", "gentle"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    line = re.search(r"is not calibrated: 'gentle' is a built-in rule, (\d+)% of the prompt "
+                     r"work at 2k tokens; `lazymlx calibrate -m .*` takes about (\d+) minutes",
+                     " ".join(first.stderr.split()))  # fmt: skip
+    assert line is not None, first.stderr
+    assert 50 < int(line[1]) < 100
 
 
 def test_calibration_minutes_counts_stock_the_reference_and_three_passes():
@@ -41,4 +57,4 @@ def test_calibration_minutes_counts_stock_the_reference_and_three_passes():
     minutes = calibration_minutes(speed, {1000: 2}, ["a"], [half] * 5, lambda f: 10)
     # per case: stock and reference 2 x (10 + 1) s, three passes 3 x (5 + 1) s
     assert minutes == (2 * (2 * 11 + 3 * 6)) / 60
-    assert PRESETS["default"].work_share(4096, 30) < 0.8
+    assert PRESETS["gentle"].work_share(4096, 30) < 0.8

@@ -153,7 +153,7 @@ def test_a_lazy_state_takes_the_conversation_after_its_offset(tiny):
     answer = [
         r.token
         for r in lazymlx.stream_generate(
-            model, tokenizer, turn_1, max_tokens=5, lazy="default", prompt_cache=state
+            model, tokenizer, turn_1, max_tokens=5, lazy="gentle", prompt_cache=state
         )
     ]
     assert state.offset == len(turn_1) + len(answer)
@@ -168,7 +168,7 @@ def test_a_lazy_state_takes_the_conversation_after_its_offset(tiny):
         tokenizer,
         conversation[state.offset :],
         max_tokens=5,
-        lazy="default",
+        lazy="gentle",
         prompt_cache=state,
     )
-    assert kept == lazymlx.generate(model, tokenizer, conversation, max_tokens=5, lazy="default")
+    assert kept == lazymlx.generate(model, tokenizer, conversation, max_tokens=5, lazy="gentle")

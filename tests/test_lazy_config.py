@@ -37,10 +37,11 @@ def test_invalid_fields_are_clear_errors(kwargs, message):
 
 def test_presets():
     assert not resolve_preset("off", None).prunes
-    default = resolve_preset("default", None)
-    assert default.prunes
+    assert not resolve_preset("default", None).prunes  # uncalibrated: every prompt whole
+    gentle = resolve_preset("gentle", None)
+    assert gentle.prunes
     # the first fifth of the layers never prune: pruning there destroys retrieval (design note)
-    assert min(depth for depth, _ in default.schedule) >= 0.2
+    assert min(depth for depth, _ in gentle.schedule) >= 0.2
     with pytest.raises(
         LazymlxError,
         match="unknown lazy preset 'turbo' for this model; choose one of: off, default",
@@ -49,7 +50,7 @@ def test_presets():
 
 
 def test_a_saved_preset_with_a_knob_lazymlx_lacks_is_refused_not_run_as_another():
-    default = resolve_preset("default", None)
+    default = resolve_preset("gentle", None)
     saved = {f: getattr(default, f) for f in default.__dataclass_fields__}
     assert config_from_dict(saved) == default
     with pytest.raises(LazymlxError, match="a saved preset sets masses, segments, which"):
@@ -93,8 +94,8 @@ def scheduled_work(config: LazyConfig, tokens: int = 1000, layers: int = 30) -> 
     return work
 
 
-def test_fast_computes_less_than_the_default_with_the_same_scoring():
-    default, fast = resolve_preset("default", None), resolve_preset("fast", None)
+def test_fast_computes_less_than_gentle_with_the_same_scoring():
+    default, fast = resolve_preset("gentle", None), resolve_preset("fast", None)
     off = LazyConfig()
     assert scheduled_work(fast, 4000) < scheduled_work(default, 4000) < scheduled_work(off, 4000)
     # the default's floor keeps a 1k prompt whole; fast has none

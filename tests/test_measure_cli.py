@@ -48,7 +48,7 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
             "--prompt-len",
             "1100,1200",
             "--lazy",
-            "off,default,static,random",
+            "off,gentle,static,random",
             "--gen-len",
             "4",
             "--repeats",
@@ -59,7 +59,7 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
     )
     assert {"device", "model", "mlx", "mlx_lm", "lazymlx", "blas", "rows"} <= set(data)
     modes = [row["mode"] for row in data["rows"]]
-    assert modes == ["baseline", "lazy:off", "lazy:default", "static", "random"] * 2
+    assert modes == ["baseline", "lazy:off", "lazy:gentle", "static", "random"] * 2
     for row in data["rows"]:
         assert set(row) >= BENCH_ROW_KEYS
         assert row["repeats"] == 2 and row["ttft_s"] > 0 and row["ttft_std"] >= 0
@@ -73,13 +73,13 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
 
 
 def test_bench_csv_and_table(tiny_model_dir: Path):
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "--lazy", "default", "-n", "2")
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "--lazy", "gentle", "-n", "2")
     rows = list(csv.DictReader(io.StringIO(invoke(*args, "--output", "csv"))))
-    assert [r["mode"] for r in rows] == ["baseline", "lazy:default"]
+    assert [r["mode"] for r in rows] == ["baseline", "lazy:gentle"]
     assert set(rows[0]) >= BENCH_ROW_KEYS
     table = invoke(*args)
-    assert "device: " in table and "| mode " in table and "| lazy:default " in table
-    assert "presets: lazy:default: keep 20% at 67%" in table
+    assert "device: " in table and "| mode " in table and "| lazy:gentle " in table
+    assert "presets: lazy:gentle: keep 20% at 67%" in table
 
 
 def test_bench_prompt_kinds(tiny, tmp_path: Path):

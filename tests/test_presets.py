@@ -33,15 +33,18 @@ def no_saved_presets():
 
 def test_builtin_presets_and_the_comparison_strategies():
     assert resolve_preset("off", "any-model") == LazyConfig()
+    # an uncalibrated model runs whole; the strategies compared with a default that prunes
+    # nothing follow the gentle rule instead
     default = resolve_preset("default", "any-model")
-    assert default == PRESETS["default"]
+    assert default == PRESETS["default"] and not default.prunes
+    gentle = resolve_preset("gentle", "any-model")  # built in: the pruning rule, as a trade
+    assert gentle == PRESETS["gentle"] and gentle.prunes and gentle.decode == "revive"
     for selection in ("static", "random"):
         variant = resolve_preset(selection, "any-model")
-        assert variant.schedule == default.schedule
+        assert variant.schedule == gentle.schedule
         assert variant.selection == selection and variant.decode == "sparse"
     sparse = resolve_preset("sparse", "any-model")
-    assert sparse.schedule == default.schedule and sparse.decode == "sparse"
-    assert default.decode == "revive"
+    assert sparse.schedule == gentle.schedule and sparse.decode == "sparse"
     fast = resolve_preset("fast", "any-model")  # built in, not derived: the calibrated trade
     assert fast == PRESETS["fast"] and fast.prunes
 
@@ -71,7 +74,8 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
 
 def test_preset_errors():
     with pytest.raises(
-        LazymlxError, match="choose one of: off, default, fast, sparse, paper, static, random"
+        LazymlxError,
+        match="choose one of: off, default, gentle, fast, sparse, paper, static, random",
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
@@ -101,10 +105,10 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
 
 
 def test_smollm2_ships_the_default_it_was_calibrated_on():
-    """The built-in rule was chosen on SmolLM2, its floor of 1,024 tokens on SmolLM2's
+    """The gentle rule was chosen on SmolLM2, its floor of 1,024 tokens on SmolLM2's
     open-ended families (benchmarks/README.md, "SmolLM2's floor"): SmolLM2 ships that rule."""
     assert calibrated("smollm2-135m")
-    assert resolve_preset("default", "smollm2-135m") == PRESETS["default"]
+    assert resolve_preset("default", "smollm2-135m") == PRESETS["gentle"]
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
 
 
@@ -115,7 +119,7 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
         for name in ("default", "fast"):
             candidate = shipped[name]["calibration"]["candidate"]
             # the config shipped is the candidate's schedule, as calibrate built it
-            schedule = candidate_config(PRESETS["default"], candidate).schedule
+            schedule = candidate_config(PRESETS["gentle"], candidate).schedule
             assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == schedule
             if candidate == "off":  # no candidate held: every prompt whole (Qwen's default)
                 assert not resolve_preset(name, model).prunes

@@ -43,13 +43,13 @@ def test_keep_all_reproduces_stock_on_quantized_weights(bits: int, config: LazyC
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-@pytest.mark.parametrize("preset", ["default", "fast"])
+@pytest.mark.parametrize("preset", ["gentle", "fast"])
 def test_the_presets_prune_quantized_weights_each_pair_once(bits: int, family: str, preset: str):
     model = quantized(random_model(family, num_layers=8), bits)
     config = PRESETS[preset]
     state = LazyState(model)
     state.record = []
-    prompt = random_tokens(1100)  # past the default's floor (1,024 tokens), so both prune
+    prompt = random_tokens(1100)  # past the gentle rule's floor (1,024 tokens), so both prune
     engine_greedy(model, prompt, 12, config, state)
     assert_each_pair_once_and_depths_agree(state)
     prompt_step = sum(len(positions) for _, positions in state.record[:8])
@@ -89,9 +89,9 @@ def test_a_quantized_model_stays_quantized_where_weights_are_kept(
         return [r.token for r in lazymlx.stream_generate(model, tokenizer, prompt, 8, lazy=lazy)]
 
     assert answer(LazyConfig()) == answer(None)
-    *_, last = lazymlx.stream_generate(model, tokenizer, prompt, 1, lazy=PRESETS["default"])
+    *_, last = lazymlx.stream_generate(model, tokenizer, prompt, 1, lazy=PRESETS["gentle"])
     assert last.lazy.work_share == pytest.approx(
-        PRESETS["default"].work_share(len(prompt), len(model.layers))
+        PRESETS["gentle"].work_share(len(prompt), len(model.layers))
     )
     assert last.lazy.work_share < 1
 

@@ -30,7 +30,7 @@ from lazymlx.prompts import passkey_prompt
 
 
 def configurations() -> dict[str, LazyConfig]:
-    default = PRESETS["default"]
+    default = PRESETS["gentle"]
     policies = {"sparse": replace(default, decode="sparse")}
     for budget in (0, 1, 4, 16):
         policies[f"revive {budget}"] = replace(default, revive=budget, revive_steps=None)

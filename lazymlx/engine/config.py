@@ -192,18 +192,22 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
     return pairs
 
 
-# The tokens the built-in default keeps past each prune, and calibration's floored candidates
+# The tokens the gentle rule keeps past each prune, and calibration's floored candidates
 # (lazymlx/evals/calibrate.py): fewer starve the deep layers of a pasted page (benchmarks/README.md).
 FLOOR_TOKENS = 1024
 
 PRESETS: dict[str, LazyConfig] = {
     "off": LazyConfig(),
-    # Chosen on SmolLM2's calibration split, reported on its validation split
-    # (benchmarks/studies/STUDIES.md, round 3), its floor on the open-ended families, where
-    # SmolLM2 and Qwen2.5-Coder both needed 1,024 tokens past each prune up to 1k
-    # (benchmarks/README.md); `lazymlx calibrate` makes the choice for another model, and each
-    # registry model ships its own (lazymlx/engine/calibrated/).
-    "default": LazyConfig(
+    # A model with no calibrated presets runs every prompt whole: the gentle rule fell short of
+    # the noise floor on Qwen2.5-Coder's open-ended answers at 2k, 4k and 8k (benchmarks/
+    # README.md), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each
+    # registry model ships its own in lazymlx/engine/calibrated/), and `gentle` and `fast` prune
+    # it as trades.
+    "default": LazyConfig(),
+    # The built-in pruning rule, chosen on SmolLM2's calibration split (benchmarks/studies/
+    # STUDIES.md, round 3), its floor on the open-ended families, where SmolLM2 and Qwen2.5-Coder
+    # both needed 1,024 tokens past each prune up to 1k (benchmarks/README.md).
+    "gentle": LazyConfig(
         schedule=((0.67, 0.2),),
         keep_first=4,
         window=8,
@@ -217,7 +221,7 @@ PRESETS: dict[str, LazyConfig] = {
 # The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, no floor,
 # fewer answers kept; decode sparse, as it was chosen and validated.
 PRESETS["fast"] = replace(
-    PRESETS["default"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse", min_keep=0
+    PRESETS["gentle"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse", min_keep=0
 )
 
 
@@ -236,4 +240,13 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "static": lambda default: baseline_variant(default, "static"),
     "random": lambda default: baseline_variant(default, "random"),
 }
-PRESETS.update({name: derive(PRESETS["default"]) for name, derive in DERIVED.items()})
+
+
+def pruning_base(default: LazyConfig) -> LazyConfig:
+    """What schedules and the comparison strategies are built on: a model's default where it
+    prunes (its scoring and length rules), else the gentle rule (a default that runs whole
+    scores nothing, and strategies that pruned nothing would compare nothing)."""
+    return default if default.schedule else PRESETS["gentle"]
+
+
+PRESETS.update({name: derive(pruning_base(PRESETS["default"])) for name, derive in DERIVED.items()})

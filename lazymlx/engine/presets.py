@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
+from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -91,13 +91,13 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
 
     The presets derived from `default` (sparse, paper, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
-    are compared to.
+    are compared to; where the default runs whole, they follow the gentle rule.
     """
     own = {} if model is None else shipped_presets(model) | saved_presets(model)
     if name in own:
         return own[name]
     if name in DERIVED:
-        return DERIVED[name](resolve_preset("default", model))
+        return DERIVED[name](pruning_base(resolve_preset("default", model)))
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig
+from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.measure import BASELINE, Strategy
 from lazymlx.evals.reference import REFERENCE
@@ -78,8 +78,10 @@ def gate_tokens(name: str) -> int | None:
 
 
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
-    """Every listed candidate's config, built from a model's default."""
-    return {name: candidate_config(default, name) for name in CANDIDATES}
+    """Every listed candidate's config, built from a model's default; a default that prunes
+    nothing is no candidate (its answers are stock's)."""
+    names = CANDIDATES if default.schedule else CANDIDATES[1:]
+    return {name: candidate_config(default, name) for name in names}
 
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
@@ -107,7 +109,7 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
     return replace(
-        default,
+        pruning_base(default),
         schedule=pairs,
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
