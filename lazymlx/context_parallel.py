@@ -26,15 +26,16 @@ context. Rank 0 starts each step with a header (tokens, slices, pruning layers) 
 the same way as the decisions; the other ranks wait for headers in `follow` until rank 0's
 `lead` block ends.
 
-Messages go through a stream of the chain's own, so that a send runs beside the compute on the
-default stream. A send is posted before the compute it overlaps and waited for, in order, right
-after it; nothing else goes on the chain meanwhile, and a receive is waited for at once. That
-order is what keeps a lost rank from hanging the others: MLX's ring backend fails the messages
-pending on a socket when its peer is gone and then stops serving that socket, so a message
-queued behind a failed one would never end, and anything waiting on it (another stream's
-compute, MLX's own back-pressure inside an evaluation, a read on the main thread, where
-mlx.launch's SIGTERM can't be handled) with it. Waiting for every message in the order it was
-posted means the first failed one is the one waited for: its error ends the rank at once.
+A follower's rows of a layer (positions, keys and values, and at a pruning layer the last
+queries) travel as one message. It goes through a stream of the chain's own, posted before the
+compute it overlaps (on the default stream) and waited for right after it; nothing else goes on
+the chain meanwhile, and every other message is sent or received and waited for at once. One
+message in flight, never two, is what keeps a lost rank from hanging the others: MLX's ring
+backend fails what is pending on a socket whose peer is gone and then stops serving that socket
+for good, so a message queued behind a failed one never ends, and neither does an evaluation
+that meets the stream's error and, cleaning up, waits for that stream to drain (the old overlap,
+reverted in 30893b4, hung there). With one in flight the failed message is the one waited for,
+and its error ends the rank with its one line.
 
 Every wait on a neighbour inside a step has a deadline (lazymlx/watchdog.py,
 LAZYMLX_STALL_TIMEOUT): a rank that stalls with its connections open ends the chain with one
@@ -85,8 +86,6 @@ STALL_LAYERS = 4
 MESSAGES = {  # what each message carries, for the lines of a rank that waited too long
     "header": "the step's header",
     "kv": "the keys and values of layer {layer}",
-    "positions": "the positions of layer {layer}'s rows",
-    "queries": "the last queries of layer {layer}",
     "decision": "the keep decision of layer {layer}",
     "slots": "the Aux slots of the pruned tokens",
 }
@@ -157,7 +156,7 @@ class Chain:
     def post(self, array: mx.array, layer: int, what: str) -> Posted | None:
         """Start sending an evaluated array to the next rank and go on (an empty array sends
         nothing: the receiver knows). The caller waits for it (`wait`) before anything else
-        goes on the chain, posts after it waited in the order they were posted."""
+        goes on the chain: one message in flight, never two (see the module's docstring)."""
         if not array.size:
             return None
         sent = mx.distributed.send(array, self.next, group=self.group, stream=self.stream)
@@ -200,6 +199,21 @@ class Chain:
 
 def _message(what: str, layer: int) -> str:
     return MESSAGES[what].format(layer=layer)
+
+
+def pack(*arrays: mx.array) -> mx.array:
+    """Arrays of any shapes and dtypes as one message of bytes (`unpack` reads it)."""
+    return mx.concatenate([mx.view(array.flatten(), mx.uint8) for array in arrays])
+
+
+def unpack(message: mx.array, parts: list[tuple[tuple[int, ...], mx.Dtype]]) -> list[mx.array]:
+    """The arrays of (shape, dtype) `parts` that `pack` put in `message`, in order."""
+    arrays, at = [], 0
+    for shape, dtype in parts:
+        size = math.prod(shape) * dtype.size
+        arrays.append(mx.view(message[at : at + size], dtype).reshape(shape))
+        at += size
+    return arrays
 
 
 def join(group: mx.distributed.Group) -> None:
@@ -469,7 +483,7 @@ class _Runner:
     and posts them with its own to the next rank before it attends, so the next rank's layer
     runs beside this one's attention and MLP (KV-Runahead's overlap); rank 0 ranks a pruning
     layer as soon as every key and the last queries are there, before its own attention, since
-    the ranking reads nothing else. The posted messages are waited for once the compute is done.
+    the ranking reads nothing else. The posted message is waited for once the compute is done.
     """
 
     def __init__(
@@ -510,7 +524,7 @@ class _Runner:
     def layer(self, layer: int) -> mx.array:
         """One layer of this rank's slice: project, take the earlier rows, forward them with
         its own (rank 0: rank a pruning layer and send the decision), attend and run the MLP
-        while those messages travel, then wait for them and apply a keep decision."""
+        while that message travels, then wait for it and apply a keep decision."""
         state, plan, chain = self.state, self.plan, self.chain
         deepest = layer == state.num_layers - 1
         deciding = layer in plan.decisions and not deepest
@@ -530,10 +544,9 @@ class _Runner:
         out = self.attend(layer, chunks, deepest)  # built here, run below
         posted = self.forward(layer, deciding, observed, mask)
         started = time.perf_counter()
-        mx.eval(out)  # the posted messages travel meanwhile
+        mx.eval(out)  # the posted message travels meanwhile
         chain.times.append((layer, projecting + time.perf_counter() - started))
-        for message in posted:  # in the order posted: the first that failed raises
-            chain.wait(message)
+        chain.wait(posted)
         cache.ends_at(self.total)
         if self.leads:
             if state.record is not None:
@@ -575,9 +588,13 @@ class _Runner:
         if not earlier.size:
             return None
         state, chain, adapter = self.state, self.chain, self.state.adapter
-        shape = (2, adapter.num_kv_heads, earlier.size, adapter.head_dim)
-        kv = chain.receive(shape, state.dtype, layer, "kv")
-        positions = chain.receive((earlier.size,), mx.int32, layer, "positions")
+        parts = [((earlier.size,), mx.int32)]
+        parts += [((2, adapter.num_kv_heads, earlier.size, adapter.head_dim), state.dtype)]
+        if deciding:
+            window = min(self.plan.window, earlier.size)
+            parts += [((1, adapter.num_heads, window, adapter.head_dim), state.dtype)]
+        size = sum(math.prod(shape) * dtype.size for shape, dtype in parts)
+        positions, kv, *seen = unpack(chain.receive((size,), mx.uint8, layer, "kv"), parts)
         if not np.array_equal(np.array(positions), earlier):
             raise RankError(
                 f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
@@ -585,10 +602,7 @@ class _Runner:
                 f"other rows: the ranks no longer agree on the prompt step"
             )
         state[layer].append(kv[None, 0], kv[None, 1], positions)
-        if not deciding:
-            return None
-        heads = (1, adapter.num_heads, min(self.plan.window, earlier.size), adapter.head_dim)
-        return chain.receive(heads, state.dtype, layer, "queries")
+        return seen[0] if seen else None
 
     def attend(self, layer: int, chunks: list[Chunk], deepest: bool) -> mx.array:
         """The slice's projected tokens attend over every row they may see (the cache's rows up
@@ -616,27 +630,26 @@ class _Runner:
 
     def forward(
         self, layer: int, deciding: bool, observed: mx.array | None, mask: mx.array | None
-    ) -> list[Posted]:
-        """Post this layer's messages to the next rank: a follower's rows (keys and values,
-        positions; the last queries at a pruning layer), rank 0's keep decision. Evaluated
-        first, so a send waits on nothing the compute stream runs after it."""
+    ) -> Posted | None:
+        """Post this layer's message to the next rank: a follower's rows (positions, keys and
+        values; the last queries at a pruning layer) as one, rank 0's keep decision. Evaluated
+        first, so the send waits on nothing the compute stream runs after it."""
         chain, cache = self.chain, self.state[layer]
         if self.leads:
             if mask is None:
-                return []
+                return None
             mx.eval(mask)
-            return [p for p in [chain.post(mask, layer, "decision")] if p is not None]
-        messages = []
-        if cache.rows:
-            keys, values = cache.fetch()
-            messages += [(mx.concatenate([keys, values]), "kv")]
-            messages += [(cache.row_positions(), "positions")]
-        if deciding and observed is not None:
-            messages += [(observed, "queries")]
-        mx.eval(*(array for array, _ in messages))
-        posted = [chain.post(array, layer, what) for array, what in messages]
+            return chain.post(mask, layer, "decision")
+        if not cache.rows:
+            return None
+        keys, values = cache.fetch()
+        parts = [cache.row_positions(), mx.concatenate([keys, values])]
+        if deciding:
+            parts.append(observed)
+        message = pack(*parts)
+        mx.eval(message)
         cache.keys = cache.values = None  # forwarded: the attention holds what it reads
-        return [p for p in posted if p is not None]
+        return chain.post(message, layer, "kv")
 
     def report(self, layer: int) -> None:
         if self.progress is None or self.cancelled is not None:
