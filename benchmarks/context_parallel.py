@@ -183,10 +183,9 @@ def expected_bytes(
             at = np.array(positions)
             messages, size = 0, 0
             rows = int((at < bounds[p + 1]).sum())
-            if rank != 0 and rows:
-                messages, size = 2, rows * row
+            if rank != 0 and rows:  # one message: positions, keys+values (+ the last queries)
+                messages, size = 1, rows * row
                 if layer in decisions:
-                    messages += 1
                     size += adapter.num_heads * min(window, rows) * adapter.head_dim * 4
             if layer in decisions and (rank + 1) % ranks != 0:  # the keep mask, forwarded
                 messages, size = messages + 1, size + at.size
@@ -454,14 +453,12 @@ def moved(positions, before: list[int], after: list[int]) -> list[int]:
     return [int(((old <= b) != (new <= b)).sum()) for b in range(len(before) - 2)]
 
 
-def _sizes(adapter, rows: int, deciding: bool, window: int) -> list[int]:
-    """The messages a follower posts a layer: keys+values, positions (+ the last queries)."""
-    if not rows:
-        return []
-    sizes = [2 * adapter.num_kv_heads * adapter.head_dim * 4 * rows, 4 * rows]
-    if deciding:
-        sizes.append(adapter.num_heads * min(window, rows) * adapter.head_dim * 4)
-    return sizes
+def _rows_bytes(adapter, rows: int, deciding: bool, window: int) -> int:
+    """The one message a follower posts a layer: positions, keys+values (+ the last queries)."""
+    size = (2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4) * rows
+    if rows and deciding:
+        size += adapter.num_heads * min(window, rows) * adapter.head_dim * 4
+    return size
 
 
 def replay_chain(
@@ -477,9 +474,10 @@ def replay_chain(
     lazymlx/context_parallel.py runs it (positions 0..n-1 along it, rank 0 last).
 
     Per layer a rank projects its slice (beside its wait for the earlier rows), takes the
-    earlier rows once the previous rank has posted them and it is at them (a message passes
-    when both ends are), posts them with its own, and attends while they travel; it starts its
-    next layer once its compute is done and its posts have passed. At a pruning layer rank 0
+    earlier rows (one message: positions, keys and values, at a pruning layer the last
+    queries) once the previous rank has posted them and it is at them (a message passes when
+    both ends are), posts them with its own, and attends while they travel; it starts its next
+    layer once its compute is done and its post has passed. At a pruning layer rank 0
     ranks before its own attention and posts the mask, which goes rank 1 → 2 → … → n-1, each
     taking it once its own layer is done and passing it on at once. At the deepest layer only
     rank 0 attends (its last token). Then the Aux slots go along the chain to rank 0.
@@ -496,13 +494,13 @@ def replay_chain(
     for layer, positions in enumerate(carried):
         at = np.asarray(positions)
         deciding = layer in decisions and layer < deepest
-        done, passed, posted, sizes, decided = [0.0] * ranks, [0.0] * ranks, 0.0, [], 0.0
+        done, passed, posted, size, decided = [0.0] * ranks, [0.0] * ranks, 0.0, 0, 0.0
         for p in range(ranks):
             own = int(((at >= bounds[p]) & (at < bounds[p + 1])).sum())
             earlier = int((at < bounds[p]).sum())
             ready = free[p] + costs.project(own)
-            if p and sizes:  # the earlier rows: posted by p - 1, taken once p is at them
-                passed[p - 1] = max(posted, free[p]) + sum(message(size) for size in sizes)
+            if p and size:  # the earlier rows: posted by p - 1, taken once p is at them
+                passed[p - 1] = max(posted, free[p]) + message(size)
                 ready = max(ready, passed[p - 1])
             if p == lead:
                 if deciding:
@@ -510,7 +508,7 @@ def replay_chain(
                 attending = costs.attend(1, earlier + own - 1) if layer == deepest else None
                 done[p] = ready + (costs.attend(own, earlier) if attending is None else attending)
             else:
-                posted, sizes = ready, _sizes(adapter, earlier + own, deciding, window)
+                posted, size = ready, _rows_bytes(adapter, earlier + own, deciding, window)
                 done[p] = ready + (costs.attend(own, earlier) if layer < deepest else 0.0)
         free = [max(d, s) for d, s in zip(done, passed, strict=True)]
         if deciding:  # rank 0's post, taken by position 0, passed on along the chain
