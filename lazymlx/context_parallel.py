@@ -13,8 +13,9 @@ the next rank starts its layer once this one's keys exist, not once its whole la
 Pruning is the one-process rule, unchanged: the prompt's last tokens live in the last slice,
 which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/prefill.py's
 Ranker and `_rank_own`) as soon as the keys and the last queries are there, before its own
-attention, and sends the keep decision back along the ring (one byte per carried token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
-once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
+attention, and sends the keep decision back along the ring (one byte per carried token). A token
+pruned at a layer sends nothing deeper, and each (token, layer) is computed once, on the rank
+that owns its slice. After the last layer the other ranks send rank 0 the Aux
 slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows
 per layer, depths and Aux slots (KV within fp32 rounding, equal where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
 run on rank 0 alone, through the ordinary engine.
