@@ -131,6 +131,7 @@ class Chain:
         self.position = (self.rank - 1) % self.size  # in the chain
         self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         self.streams: dict[int, mx.Stream] = {}  # per thread
+        self.posted: Posted | None = None  # the message in flight, if any
         self.traffic = Traffic()
         self.times: list[tuple[int, float]] = []  # (layer, seconds of own compute), last step
         self.plan: Plan | None = None  # the last step's
@@ -160,9 +161,11 @@ class Chain:
         goes on the chain: one message in flight, never two (see the module's docstring)."""
         if not array.size:
             return None
+        self.check_idle()
         sent = mx.distributed.send(array, self.next, group=self.group, stream=self.stream)
         mx.async_eval(sent)
-        return Posted(sent, layer, what, array.nbytes)
+        self.posted = Posted(sent, layer, what, array.nbytes)
+        return self.posted
 
     def wait(self, posted: Posted | None) -> None:
         """Until a posted send has passed (it blocks until the next rank takes the bytes), within
@@ -172,7 +175,17 @@ class Chain:
         what = _message(posted.what, posted.layer)
         with self.watchdog.waiting(f"rank {self.next} to take {what}", self.deadline()):
             mx.eval(posted.sent)
+        self.posted = None
         self.traffic.messages.append((posted.layer, posted.what, posted.nbytes))
+
+    def check_idle(self) -> None:
+        """Refuse a second message while one is in flight: behind a message that fails, it
+        would hang this rank for good (see the module's docstring)."""
+        if self.posted is not None:
+            raise RuntimeError(
+                f"a message on the chain while {_message(self.posted.what, self.posted.layer)} "
+                "is in flight"
+            )
 
     def send(self, array: mx.array, layer: int, what: str) -> None:
         """Send to the next rank now, within the stall deadline."""
@@ -185,6 +198,7 @@ class Chain:
         stall deadline unless the wait is `idle` by design."""
         if not math.prod(shape):
             return mx.zeros(shape, dtype)
+        self.check_idle()
         received = mx.distributed.recv(
             shape, dtype, self.previous, group=self.group, stream=self.stream
         )
