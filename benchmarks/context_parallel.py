@@ -13,18 +13,22 @@ Three jobs:
         --output benchmarks/results/cp_chain_smollm2_2k.json
 
     # the critical-path TTFT model: block times measured here in one process, fitted as
-    # c0 + c_tok·queries + c_pair·(query, key) pairs, replayed through the chain per (slice,
-    # layer) with the real keep masks (from `masks`; at other lengths spread evenly, and the
-    # real ones stretched), the messages' sizes and a link's latency and bandwidth; beside it
-    # tensor parallelism's and one process's, all from the same fit, and the chain's bytes
-    # against tensor parallelism's (--fit FILE replays an earlier output's fit, timing nothing)
+    # c0 + c_tok·queries + c_pair·(query, key) pairs (the projection and rank 0's ranking timed
+    # apart), replayed through the chain per (slice, layer) with the real keep masks (from
+    # `masks`; at other lengths spread evenly, and the real ones stretched), the messages' sizes
+    # and a link's latency and bandwidth; beside it the chain before the overlap, tensor
+    # parallelism's and one process's, all from the same fit, and the chain's bytes against
+    # tensor parallelism's (--fit FILE replays an earlier output's fit, timing nothing; --lazy
+    # takes a preset or a calibration candidate's name, e.g. "0.5@24% 0.3@57% min1024 sparse")
     .venv/bin/python benchmarks/context_parallel.py model -m qwen2.5-coder-0.5b \\
         --masks benchmarks/results/cp_masks_qwen_8k.json --lengths 8k,32k --ranks 2,3,4 \\
         --output benchmarks/results/cp_model_qwen.json
 
 The model is a model: it says what the chain's schedule costs given those times, not what a
-group of Macs measures. The chain here keeps no compute in flight while a message passes (a
-rank receives, computes its slice, forwards), and so does the model.
+group of Macs measures. It replays the chain as lazymlx/context_parallel.py runs it: a rank
+projects its slice, takes the earlier rows, posts them with its own to the next rank and attends
+while they travel, waiting for the send once its compute is done; rank 0 ranks a pruning layer
+before its own attention; the chain before that overlap (`serial_*`) is replayed beside it.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -58,11 +63,14 @@ import numpy as np
 
 from lazymlx import LazyState, context_parallel, distributed
 from lazymlx.context_parallel import partition, weighted_costs
-from lazymlx.engine.blocks import attention_mask, block_forward
-from lazymlx.engine.cache import LazyKVCache
+from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
+from lazymlx.engine.cache import LazyKVCache, causal_mask
+from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.engine.presets import resolve_preset
+from lazymlx.errors import LazymlxError
 from lazymlx.evals.bench import bench_prompt
+from lazymlx.evals.calibrate import candidate_config
 from lazymlx.lengths import parse_lengths
 
 MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"
@@ -81,7 +89,7 @@ def masks(args: argparse.Namespace) -> None:
     model, tokenizer = lazymlx.load(args.model)
     (length,) = parse_lengths(args.lengths)
     prompt = bench_prompt(tokenizer, "passkey", length).tokens
-    config = resolve_preset(args.lazy, args.model)
+    config = lazy_config(args.lazy, args.model)
     state = LazyState(model)
     state.record = []
     started = time.perf_counter()
@@ -127,7 +135,7 @@ def chain_rank(args: argparse.Namespace) -> None:
         (out / f"rank{chain.rank}.json").write_text(json.dumps(sent))
         return
     prompt = bench_prompt(tokenizer, "passkey", parse_lengths(args.lengths)[0]).tokens
-    config = resolve_preset(args.lazy, args.model)
+    config = lazy_config(args.lazy, args.model)
     with context_parallel.lead():
         for _ in range(args.runs):  # the last one timed, after warm-ups
             state = LazyState(model)
@@ -175,10 +183,9 @@ def expected_bytes(
             at = np.array(positions)
             messages, size = 0, 0
             rows = int((at < bounds[p + 1]).sum())
-            if rank != 0 and rows:
-                messages, size = 2, rows * row
+            if rank != 0 and rows:  # one message: positions, keys+values (+ the last queries)
+                messages, size = 1, rows * row
                 if layer in decisions:
-                    messages += 1
                     size += adapter.num_heads * min(window, rows) * adapter.head_dim * 4
             if layer in decisions and (rank + 1) % ranks != 0:  # the keep mask, forwarded
                 messages, size = messages + 1, size + at.size
@@ -289,33 +296,124 @@ def group_row(adapter, alone: dict, ranked: dict) -> dict:
 # model: the critical path, replayed
 
 
-def fit_block(model, repeats: int = 3) -> tuple[float, float, float]:
-    """(c0, c_tok, c_pair): one block timed for q queries after k earlier rows, fitted by least
-    squares as c0 + c_tok·q + c_pair·(q·k + q(q+1)/2), the median of `repeats` each."""
+def lazy_config(name: str, model: str) -> LazyConfig:
+    """A preset of the model's, or a calibration candidate by name (built from its default, as
+    calibrate builds it): the masks of a schedule no preset ships any more can still be
+    replayed."""
+    try:
+        return resolve_preset(name, model)
+    except LazymlxError:
+        return candidate_config(resolve_preset("default", model), name)
+
+
+@dataclass
+class Costs:
+    """Seconds for one block, fitted from times measured here: c0 + c_tok·q + c_pair·(q·k +
+    q(q+1)/2) for q queries after k earlier rows (the whole block); p0 + p_tok·q for the q
+    tokens' projection alone (norm, queries, keys, values, rope), what a rank runs before it
+    forwards; r0 + r_row·rows for rank 0's ranking of a pruning layer's rows."""
+
+    c0: float
+    c_tok: float
+    c_pair: float
+    p0: float
+    p_tok: float
+    r0: float
+    r_row: float
+
+    @classmethod
+    def read(cls, data: dict) -> Costs:
+        """From an output's "fit", "projection" and "ranking" (what `written` gives)."""
+        if "projection" not in data or "ranking" not in data:
+            raise SystemExit("--fit: the file has no projection or ranking times; time them anew")
+        return cls(*data["fit"], *data["projection"], *data["ranking"])
+
+    def written(self) -> dict:
+        return {
+            "fit": [self.c0, self.c_tok, self.c_pair],
+            "projection": [self.p0, self.p_tok],
+            "ranking": [self.r0, self.r_row],
+        }
+
+    def block(self, queries: int, earlier: int) -> float:
+        pairs = queries * earlier + queries * (queries + 1) / 2
+        return self.c0 + self.c_tok * queries + self.c_pair * pairs if queries else 0.0
+
+    def project(self, queries: int) -> float:
+        return self.p0 + self.p_tok * queries if queries else 0.0
+
+    def attend(self, queries: int, earlier: int) -> float:
+        """Attention and MLP once the keys are there: the block less its projection."""
+        return max(self.block(queries, earlier) - self.project(queries), 0.0)
+
+    def last(self, queries: int, earlier: int) -> float:
+        """The deepest layer: every token's keys and values, the last token's output."""
+        return self.project(queries) + self.attend(1, earlier + queries - 1) if queries else 0.0
+
+    def rank(self, rows: int) -> float:
+        return self.r0 + self.r_row * rows
+
+
+def _median_time(work, repeats: int) -> float:
+    return sorted(work() for _ in range(repeats))[repeats // 2]
+
+
+def fit_block(model, window: int, repeats: int = 3) -> Costs:
+    """The block, its projection and the ranking timed here (the median of `repeats` each) and
+    fitted by least squares (Costs)."""
     state = LazyState(model)
     adapter, block = state.adapter, state.adapter.layers[0]
     x = mx.random.normal((1, 2560, adapter.hidden_size)).astype(state.dtype)
     mx.eval(x)
+
+    def timed_block(q: int, k: int) -> float:
+        cache = LazyKVCache()
+        if k:
+            block_forward(adapter, block, cache, x[:, :k], mx.arange(k), 0, "causal")
+            mx.eval(cache.keys, cache.values)
+        at = mx.arange(k, k + q, dtype=mx.int32)
+        started = time.perf_counter()
+        out, _ = block_forward(
+            adapter, block, cache, x[:, k : k + q], at, k, attention_mask(cache, at, None)
+        )
+        mx.eval(out)
+        return time.perf_counter() - started
+
     rows, times = [], []
     for q in (128, 512):
         for k in (0, 512, 2048):
-            runs = []
-            for _ in range(repeats):
-                cache = LazyKVCache()
-                if k:
-                    block_forward(adapter, block, cache, x[:, :k], mx.arange(k), 0, "causal")
-                    mx.eval(cache.keys, cache.values)
-                at = mx.arange(k, k + q, dtype=mx.int32)
-                started = time.perf_counter()
-                out, _ = block_forward(
-                    adapter, block, cache, x[:, k : k + q], at, k, attention_mask(cache, at, None)
-                )
-                mx.eval(out)
-                runs.append(time.perf_counter() - started)
             rows.append([1.0, q, q * k + q * (q + 1) / 2])
-            times.append(sorted(runs)[len(runs) // 2])
+            times.append(_median_time(lambda q=q, k=k: timed_block(q, k), repeats))
     c0, c_tok, c_pair = np.linalg.lstsq(np.array(rows), np.array(times), rcond=None)[0]
-    return max(c0, 0.0), max(c_tok, 0.0), max(c_pair, 0.0)
+
+    def timed_projection(q: int) -> float:
+        cache, at = LazyKVCache(), mx.arange(q, dtype=mx.int32)
+        started = time.perf_counter()
+        queries = append_kv(adapter, block, cache, x[:, :q], at, 0)
+        mx.eval(queries, cache.keys, cache.values)
+        return time.perf_counter() - started
+
+    sizes = (128, 512, 2048)
+    times = [_median_time(lambda q=q: timed_projection(q), repeats) for q in sizes]
+    p_tok, p0 = np.polyfit(sizes, times, 1)
+
+    def timed_ranking(count: int) -> float:
+        observed = mx.random.normal((1, adapter.num_heads, window, adapter.head_dim))
+        keys = mx.random.normal((1, adapter.num_kv_heads, count, adapter.head_dim))
+        at = mx.arange(count, dtype=mx.int32)
+        observed, keys = observed.astype(state.dtype), keys.astype(state.dtype)
+        mx.eval(observed, keys)
+        started = time.perf_counter()
+        mask = None if window == 1 else causal_mask(at, at[-window:])
+        scores = attention_scores(observed, keys, block.self_attn.scale, mask)
+        mx.eval(mx.argsort(-scores))
+        return time.perf_counter() - started
+
+    sizes = (1024, 4096, 16384)
+    times = [_median_time(lambda r=r: timed_ranking(r), repeats) for r in sizes]
+    r_row, r0 = np.polyfit(sizes, times, 1)
+    fitted = (c0, c_tok, c_pair, p0, p_tok, r0, r_row)
+    return Costs(*(max(float(v), 0.0) for v in fitted))
 
 
 def spread_masks(config, tokens: int, layers: int) -> list[np.ndarray]:
@@ -355,19 +453,92 @@ def moved(positions, before: list[int], after: list[int]) -> list[int]:
     return [int(((old <= b) != (new <= b)).sum()) for b in range(len(before) - 2)]
 
 
+def _rows_bytes(adapter, rows: int, deciding: bool, window: int) -> int:
+    """The one message a follower posts a layer: positions, keys+values (+ the last queries)."""
+    size = (2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4) * rows
+    if rows and deciding:
+        size += adapter.num_heads * min(window, rows) * adapter.head_dim * 4
+    return size
+
+
 def replay_chain(
-    carried, bounds, cost, adapter, decisions, window, recutting: tuple[float, float] | None = None
+    carried,
+    bounds,
+    costs: Costs,
+    adapter,
+    decisions,
+    window,
+    recutting: tuple[float, float] | None = None,
 ) -> float:
-    """The time rank 0 has its logits and every Aux slot: each rank receives a layer's rows,
-    computes its slice, forwards; at a pruning layer the mask goes back along the ring.
+    """The time rank 0 has its logits and every Aux slot, the chain replayed as
+    lazymlx/context_parallel.py runs it (positions 0..n-1 along it, rank 0 last).
+
+    Per layer a rank projects its slice (beside its wait for the earlier rows), takes the
+    earlier rows (one message: positions, keys and values, at a pruning layer the last
+    queries) once the previous rank has posted them and it is at them (a message passes when
+    both ends are), posts them with its own, and attends while they travel; it starts its next
+    layer once its compute is done and its post has passed. At a pruning layer rank 0
+    ranks before its own attention and posts the mask, which goes rank 1 → 2 → … → n-1, each
+    taking it once its own layer is done and passing it on at once. At the deepest layer only
+    rank 0 attends (its last token). Then the Aux slots go along the chain to rank 0.
 
     recutting (token_cost, pair_cost; not built in the chain): after each keep decision the
     slices are cut again to balance the tokens still carried, the tokens that change slices
     moving their hidden states (fp32) between neighbours, all ranks waiting for the largest
     move before the next layer."""
-    ranks, row = len(bounds) - 1, 2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4
+    ranks, deepest = len(bounds) - 1, len(carried) - 1
+    lead = ranks - 1
     if recutting is not None:  # the first cut balances the whole prompt's layers too
         bounds = recut(carried[0], ranks, *recutting)
+    free = [0.0] * ranks  # when each position starts its next layer
+    for layer, positions in enumerate(carried):
+        at = np.asarray(positions)
+        deciding = layer in decisions and layer < deepest
+        done, passed, posted, size, decided = [0.0] * ranks, [0.0] * ranks, 0.0, 0, 0.0
+        for p in range(ranks):
+            own = int(((at >= bounds[p]) & (at < bounds[p + 1])).sum())
+            earlier = int((at < bounds[p]).sum())
+            ready = free[p] + costs.project(own)
+            if p and size:  # the earlier rows: posted by p - 1, taken once p is at them
+                passed[p - 1] = max(posted, free[p]) + message(size)
+                ready = max(ready, passed[p - 1])
+            if p == lead:
+                if deciding:
+                    decided = ready = ready + costs.rank(earlier + own)
+                attending = costs.attend(1, earlier + own - 1) if layer == deepest else None
+                done[p] = ready + (costs.attend(own, earlier) if attending is None else attending)
+            else:
+                posted, size = ready, _rows_bytes(adapter, earlier + own, deciding, window)
+                done[p] = ready + (costs.attend(own, earlier) if layer < deepest else 0.0)
+        free = [max(d, s) for d, s in zip(done, passed, strict=True)]
+        if deciding:  # rank 0's post, taken by position 0, passed on along the chain
+            arrived = max(decided, free[0]) + message(at.size)
+            free[lead], free[0] = max(free[lead], arrived), arrived
+            for p in range(1, ranks - 1):
+                arrived = max(free[p - 1], free[p]) + message(at.size)
+                free[p - 1] = free[p] = arrived
+            if recutting is not None and layer + 1 < len(carried):
+                after = recut(carried[layer + 1], ranks, *recutting)
+                crossing = moved(carried[layer + 1], bounds, after)
+                move = max(message(n * adapter.hidden_size * 4) for n in crossing)
+                free, bounds = [max(free) + move] * ranks, after
+    last = set(np.asarray(carried[-1]).tolist())
+    gone = np.array([i for i in range(bounds[-1]) if i not in last])
+    gathered = 0.0
+    for p in range(ranks - 1):
+        slots = int((gone < bounds[p + 1]).sum()) if gone.size else 0
+        start = max(gathered, free[p], free[p + 1])
+        gathered = start + message(slots * adapter.hidden_size * 4)
+    return max(free[lead], gathered)
+
+
+def replay_serial(carried, bounds, costs: Costs, adapter, decisions, window) -> float:
+    """The chain before the overlap (commit f566319), for comparison: each rank receives a
+    layer's rows, computes its slice (at the deepest layer every rank its last token), then
+    forwards, a send blocking until the bytes have passed; at a pruning layer rank 0 ranks once
+    its layer is done and the mask goes along the ring; then the Aux slots go to rank 0."""
+    ranks, row = len(bounds) - 1, 2 * adapter.num_kv_heads * adapter.head_dim * 4 + 4
+    deepest = len(carried) - 1
     ready = [0.0] * ranks
     for layer, positions in enumerate(carried):
         at = np.asarray(positions)
@@ -375,9 +546,9 @@ def replay_chain(
         for p in range(ranks):
             own = int(((at >= bounds[p]) & (at < bounds[p + 1])).sum())
             earlier = int((at < bounds[p]).sum())
-            compute = cost(own, earlier) if own else 0.0
+            compute = costs.last if layer == deepest else costs.block
             start = max(ready[p], sent) if p else ready[p]
-            ready[p] = start + compute
+            ready[p] = start + compute(own, earlier)
             if p < ranks - 1:
                 size = (earlier + own) * row
                 if layer in decisions:
@@ -385,13 +556,9 @@ def replay_chain(
                 sent = ready[p] + message(size)
                 ready[p] = sent  # the send blocks until the bytes have passed
         if layer in decisions:
+            ready[-1] += costs.rank(at.size)
             for p in range(ranks - 1):
                 ready[p] = max(ready[p], ready[-1] + (p + 1) * message(at.size))
-            if recutting is not None and layer + 1 < len(carried):
-                after = recut(carried[layer + 1], ranks, *recutting)
-                crossing = moved(carried[layer + 1], bounds, after)
-                move = max(message(n * adapter.hidden_size * 4) for n in crossing)
-                ready, bounds = [max(ready) + move] * ranks, after
     last = set(np.asarray(carried[-1]).tolist())
     gone = [i for i in range(bounds[-1]) if i not in last]
     gathered = 0.0
@@ -401,7 +568,15 @@ def replay_chain(
     return max(ready[-1], gathered)
 
 
-def replay_tensor(carried, cost, adapter, ranks: int) -> float:
+def one_process(carried, costs: Costs, decisions) -> float:
+    """One process's prompt step: every layer whole, the deepest for its last token's output
+    only, the ranking at each pruning layer."""
+    *layers, deepest = carried
+    total = sum(costs.block(len(p), 0) for p in layers) + costs.last(len(deepest), 0)
+    return total + sum(costs.rank(len(carried[layer])) for layer in decisions)
+
+
+def replay_tensor(carried, costs: Costs, adapter, ranks: int) -> float:
     """Tensor parallelism: each layer's compute split evenly, plus two ring all-reduces of the
     layer's (tokens × hidden) fp32 activations."""
     total = 0.0
@@ -409,7 +584,7 @@ def replay_tensor(carried, cost, adapter, ranks: int) -> float:
         tokens = len(positions)
         size = tokens * adapter.hidden_size * 4
         reduce = 2 * (ranks - 1) * LATENCY_S + 2 * (ranks - 1) / ranks * size / BANDWIDTH
-        total += cost(tokens, 0) / ranks + 2 * reduce
+        total += costs.block(tokens, 0) / ranks + 2 * reduce
     return total
 
 
@@ -458,53 +633,55 @@ def traffic(adapter, carried, bounds: list[int], window: int, decisions: list[in
 def ttft_model(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
     adapter = LazyState(model).adapter
-    layers, config = len(adapter.layers), resolve_preset(args.lazy, args.model)
+    layers, config = len(adapter.layers), lazy_config(args.lazy, args.model)
     if args.fit:  # an earlier run's fitted times, replayed again (nothing timed)
-        c0, c_tok, c_pair = json.loads(Path(args.fit).read_text())["fit"]
+        costs = Costs.read(json.loads(Path(args.fit).read_text()))
     else:
-        c0, c_tok, c_pair = fit_block(model)
-
-    def cost(queries: int, earlier: int) -> float:
-        return c0 + c_tok * queries + c_pair * (queries * earlier + queries * (queries + 1) / 2)
-
+        costs = fit_block(model, config.window)
     real = json.loads(Path(args.masks).read_text()) if args.masks else None
-    table = {"model": args.model, "lazy": args.lazy, "fit": [c0, c_tok, c_pair], "rows": []}
+    table = {"model": args.model, "lazy": args.lazy, **costs.written(), "rows": []}
     table |= {"fit_from": args.fit or "timed here", "machine": MACHINE}
     table["link"] = {"latency_s": LATENCY_S, "bytes_per_s": BANDWIDTH}
-    table["protocol"] = "the shipped chain: receive, compute the slice, forward (no overlap)"
+    table["protocol"] = (
+        "the shipped chain: a rank forwards a layer's rows once projected and attends while they "
+        "travel, rank 0 ranks before its attention (chain_*); serial_*: the chain before that "
+        "overlap (receive, compute the slice, forward)"
+    )
     deepest = layers - 1
     decisions = sorted(x for x in config.pruning_layers(layers) if x < deepest)
     for length in parse_lengths(args.lengths):
         for masks_from, pruned in mask_variants(config, real, length, layers):
             tokens = len(pruned[0])
             whole = [np.arange(tokens)] * layers
-            one = {"off": sum(cost(len(p), 0) for p in whole)}
-            one["pruned"] = sum(cost(len(p), 0) for p in pruned)
+            one = {"off": one_process(whole, costs, [])}
+            one["pruned"] = one_process(pruned, costs, decisions)
             for ranks in map(int, args.ranks.split(",")):
                 row = {"tokens": tokens, "ranks": ranks, "masks": masks_from}
                 row |= {"one_off": one["off"], "one_pruned": one["pruned"]}
                 for name, carried, deciding in (("off", whole, []), ("pruned", pruned, decisions)):
-                    token, pair = c_tok, c_pair
+                    token, pair = costs.c_tok, costs.c_pair
                     if deciding:
-                        token, pair = weighted_costs(config, layers, c_tok, c_pair)
+                        token, pair = weighted_costs(config, layers, token, pair)
                     bounds = partition(tokens, ranks, token, pair)
                     row[f"bounds_{name}"] = bounds
-                    row[f"chain_{name}"] = replay_chain(
-                        carried, bounds, cost, adapter, deciding, config.window
-                    )
-                    row[f"tensor_{name}"] = replay_tensor(carried, cost, adapter, ranks)
+                    replayed = (carried, bounds, costs, adapter, deciding, config.window)
+                    row[f"chain_{name}"] = replay_chain(*replayed)
+                    row[f"serial_{name}"] = replay_serial(*replayed)
+                    row[f"tensor_{name}"] = replay_tensor(carried, costs, adapter, ranks)
                     row[f"{name}_traffic"] = traffic(
                         adapter, carried, bounds, config.window, deciding
                     )
-                    row[f"chain_{name}_vs_one_{name}"] = row[f"chain_{name}"] / one[name]
-                    row[f"tensor_{name}_vs_one_{name}"] = row[f"tensor_{name}"] / one[name]
+                    for way in ("chain", "serial", "tensor"):
+                        row[f"{way}_{name}_vs_one_{name}"] = row[f"{way}_{name}"] / one[name]
                 table["rows"].append(row)
                 print(
                     f"{tokens:>6} tokens, {ranks} ranks ({masks_from} masks): one process "
                     f"{one['off']:.1f} s / pruned {one['pruned']:.1f} s; chain "
-                    f"{row['chain_off_vs_one_off']:.2f}x / {row['chain_pruned_vs_one_pruned']:.2f}x;"
-                    f" tensor {row['tensor_off_vs_one_off']:.2f}x / "
-                    f"{row['tensor_pruned_vs_one_pruned']:.2f}x; busiest rank's bytes "
+                    f"{row['chain_off_vs_one_off']:.2f}x / {row['chain_pruned_vs_one_pruned']:.2f}x"
+                    f" (before the overlap {row['serial_off_vs_one_off']:.2f}x / "
+                    f"{row['serial_pruned_vs_one_pruned']:.2f}x); tensor "
+                    f"{row['tensor_off_vs_one_off']:.2f}x / {row['tensor_pruned_vs_one_pruned']:.2f}x;"
+                    f" busiest rank's bytes "
                     f"{row['pruned_traffic']['busiest_rank_bytes_vs_tensor']:.2f}x tensor's"
                 )
     Path(args.output).write_text(json.dumps(table, indent=1))
@@ -526,21 +703,19 @@ def imbalance(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
     state = LazyState(model)
     adapter, layers = state.adapter, state.num_layers
-    config = resolve_preset(args.lazy, args.model)
+    config = lazy_config(args.lazy, args.model)
     real = json.loads(Path(args.masks).read_text())
     carried, tokens = [np.array(p) for p in real["carried"]], real["tokens"]
     timed = context_parallel.timed_costs(state)  # what the chain cuts by, timed here
     weighted = weighted_costs(config, layers, *timed)
-    c0, c_tok, c_pair = fit_block(model)
-
-    def cost(queries: int, earlier: int) -> float:
-        return c0 + c_tok * queries + c_pair * (queries * earlier + queries * (queries + 1) / 2)
+    costs = fit_block(model, config.window)
+    cost = costs.block
 
     decisions = sorted(x for x in config.pruning_layers(layers) if x < layers - 1)
     past = decisions[0] + 1  # the first layer after a keep decision
-    one = sum(cost(len(p), 0) for p in carried)
+    one = one_process(carried, costs, decisions)
     table = {"model": args.model, "lazy": args.lazy, "tokens": tokens, "machine": MACHINE}
-    table |= {"fit": [c0, c_tok, c_pair], "timed_costs": list(timed), "decisions": decisions}
+    table |= {**costs.written(), "timed_costs": list(timed), "decisions": decisions}
     table |= {"link": {"latency_s": LATENCY_S, "bytes_per_s": BANDWIDTH}, "rows": []}
     table["one_process_pruned_s"] = one
     for ranks in map(int, args.ranks.split(",")):
@@ -552,9 +727,9 @@ def imbalance(args: argparse.Namespace) -> None:
             earlier = np.cumsum([0, *slice_counts(positions, bounds)])
             per = [cost(n, int(earlier[p])) for p, n in enumerate(slice_counts(positions, bounds))]
             work, slowest = work + per, slowest + max(per)
-        shipped = replay_chain(carried, bounds, cost, adapter, decisions, config.window)
+        shipped = replay_chain(carried, bounds, costs, adapter, decisions, config.window)
         cut = replay_chain(
-            carried, bounds, cost, adapter, decisions, config.window, (c_tok, c_pair)
+            carried, bounds, costs, adapter, decisions, config.window, (costs.c_tok, costs.c_pair)
         )
         row = {
             "ranks": ranks,

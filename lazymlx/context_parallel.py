@@ -4,15 +4,18 @@ Every rank holds the whole model; a first prompt is cut into contiguous slices a
 the last slice on rank 0, which does the I/O and decodes. The chain runs 1 → 2 → … → n-1 → 0,
 so every hop is between ring neighbours (MLX's ring backend sends only to rank ± 1). Per layer a
 rank receives the keys, values and original positions of every earlier slice's tokens still
-carried there, appends them to its cache, runs its own tokens (chunked, with the engine's own
-`_layer`) causally over them, and forwards the accumulated rows; rank 0 ends each layer with
-every row, as one process would.
+carried there, and forwards them with its own at once, before it attends: it projects its own
+tokens first (queries, keys, values need nothing from the other ranks), then attends causally over
+every row and runs its MLP (chunked as the engine's `_layer` chunks) while the rows travel on, so
+the next rank starts its layer once this one's keys exist, not once its whole layer is done
+(KV-Runahead's overlap). Rank 0 ends each layer with every row, as one process would.
 
 Pruning is the one-process rule, unchanged: the prompt's last tokens live in the last slice,
 which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/prefill.py's
-Ranker and `_rank_own`) and sends the keep decision back along the ring (one byte per carried
-token). A token pruned at a layer sends nothing deeper, and each (token, layer) is computed
-once, on the rank that owns its slice. After the last layer the other ranks send rank 0 the Aux
+Ranker and `_rank_own`) as soon as the keys and the last queries are there, before its own
+attention, and sends the keep decision back along the ring (one byte per carried token). A token
+pruned at a layer sends nothing deeper, and each (token, layer) is computed once, on the rank
+that owns its slice. After the last layer the other ranks send rank 0 the Aux
 slots of the tokens they pruned, so rank 0's LazyState is the one one process builds: same rows
 per layer, depths and Aux slots (KV within fp32 rounding, equal where chunk boundaries align). Decode, revival, completion, saved contexts and later turns then
 run on rank 0 alone, through the ordinary engine.
@@ -23,6 +26,17 @@ positions, which the receiver checks, so a protocol slip is one error line, not 
 context. Rank 0 starts each step with a header (tokens, slices, pruning layers) that travels
 the same way as the decisions; the other ranks wait for headers in `follow` until rank 0's
 `lead` block ends.
+
+A follower's rows of a layer (positions, keys and values, and at a pruning layer the last
+queries) travel as one message. It goes through a stream of the chain's own, posted before the
+compute it overlaps (on the default stream) and waited for right after it; nothing else goes on
+the chain meanwhile, and every other message is sent or received and waited for at once. One
+message in flight, never two, is what keeps a lost rank from hanging the others: MLX's ring
+backend fails what is pending on a socket whose peer is gone and then stops serving that socket
+for good, so a message queued behind a failed one never ends, and neither does an evaluation
+that meets the stream's error and, cleaning up, waits for that stream to drain (the old overlap,
+reverted in 30893b4, hung there). With one in flight the failed message is the one waited for,
+and its error ends the rank with its one line.
 
 Every wait on a neighbour inside a step has a deadline (lazymlx/watchdog.py,
 LAZYMLX_STALL_TIMEOUT): a rank that stalls with its connections open ends the chain with one
@@ -35,6 +49,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -44,7 +59,8 @@ import mlx.core as mx
 import numpy as np
 
 from lazymlx import distributed
-from lazymlx.engine.cache import LazyState
+from lazymlx.engine.blocks import append_kv, attend
+from lazymlx.engine.cache import LazyKVCache, LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.prefill import (
     PREFILL_CHUNK,
@@ -53,7 +69,6 @@ from lazymlx.engine.prefill import (
     PromptResult,
     Ranker,
     Step,
-    _layer,
     _rank_own,
     _roll_back,
     prompt_step,
@@ -72,8 +87,6 @@ STALL_LAYERS = 4
 MESSAGES = {  # what each message carries, for the lines of a rank that waited too long
     "header": "the step's header",
     "kv": "the keys and values of layer {layer}",
-    "positions": "the positions of layer {layer}'s rows",
-    "queries": "the last queries of layer {layer}",
     "decision": "the keep decision of layer {layer}",
     "slots": "the Aux slots of the pruned tokens",
 }
@@ -96,14 +109,29 @@ class Traffic:
         return out
 
 
+@dataclass
+class Posted:
+    """A send on its way (Chain.post): what to wait for, and what to record once it has passed."""
+
+    sent: mx.array
+    layer: int
+    what: str
+    nbytes: int
+
+
 class Chain:
-    """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last."""
+    """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last.
+
+    Messages go through a stream of the chain's own (`stream`), so that a send runs beside the
+    compute on the default stream; a receiver knows each message by its place in the order."""
 
     def __init__(self, group: mx.distributed.Group, watchdog: Watchdog) -> None:
         self.group, self.watchdog = group, watchdog
         self.rank, self.size = group.rank(), group.size()
         self.position = (self.rank - 1) % self.size  # in the chain
         self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        self.streams: dict[int, mx.Stream] = {}  # per thread
+        self.posted: Posted | None = None  # the message in flight, if any
         self.traffic = Traffic()
         self.times: list[tuple[int, float]] = []  # (layer, seconds of own compute), last step
         self.plan: Plan | None = None  # the last step's
@@ -118,17 +146,50 @@ class Chain:
         modelled = STALL_LAYERS * self.plan.layer_ms / 1000 if self.plan is not None else 0.0
         return max(self.watchdog.floor, modelled)
 
-    def send(self, array: mx.array, layer: int, what: str) -> None:
-        """Send to the next rank now (an empty array sends nothing: the receiver knows); the
-        send blocks until the bytes have passed, so it has a deadline too."""
+    @property
+    def stream(self) -> mx.Stream:
+        """This thread's message stream: MLX's streams belong to the thread that made them, and
+        a server runs its steps on a generation thread."""
+        thread = threading.get_ident()
+        if thread not in self.streams:
+            self.streams[thread] = mx.new_stream(mx.cpu)
+        return self.streams[thread]
+
+    def post(self, array: mx.array, layer: int, what: str) -> Posted | None:
+        """Start sending an evaluated array to the next rank and go on (an empty array sends
+        nothing: the receiver knows). The caller waits for it (`wait`) before anything else
+        goes on the chain: one message in flight, never two (see the module's docstring)."""
         if not array.size:
+            return None
+        self.check_idle()
+        sent = mx.distributed.send(array, self.next, group=self.group, stream=self.stream)
+        mx.async_eval(sent)
+        self.posted = Posted(sent, layer, what, array.nbytes)
+        return self.posted
+
+    def wait(self, posted: Posted | None) -> None:
+        """Until a posted send has passed (it blocks until the next rank takes the bytes), within
+        the stall deadline; a lost rank raises here."""
+        if posted is None:
             return
-        sent = mx.distributed.send(array, self.next, group=self.group, stream=mx.cpu)
-        with self.watchdog.waiting(
-            f"rank {self.next} to take {_message(what, layer)}", self.deadline()
-        ):
-            mx.eval(sent)
-        self.traffic.messages.append((layer, what, array.nbytes))
+        what = _message(posted.what, posted.layer)
+        with self.watchdog.waiting(f"rank {self.next} to take {what}", self.deadline()):
+            mx.eval(posted.sent)
+        self.posted = None
+        self.traffic.messages.append((posted.layer, posted.what, posted.nbytes))
+
+    def check_idle(self) -> None:
+        """Refuse a second message while one is in flight: behind a message that fails, it
+        would hang this rank for good (see the module's docstring)."""
+        if self.posted is not None:
+            raise RuntimeError(
+                f"a message on the chain while {_message(self.posted.what, self.posted.layer)} "
+                "is in flight"
+            )
+
+    def send(self, array: mx.array, layer: int, what: str) -> None:
+        """Send to the next rank now, within the stall deadline."""
+        self.wait(self.post(array, layer, what))
 
     def receive(
         self, shape: tuple[int, ...], dtype: mx.Dtype, layer: int, what: str, idle: bool = False
@@ -137,7 +198,10 @@ class Chain:
         stall deadline unless the wait is `idle` by design."""
         if not math.prod(shape):
             return mx.zeros(shape, dtype)
-        received = mx.distributed.recv(shape, dtype, self.previous, group=self.group, stream=mx.cpu)
+        self.check_idle()
+        received = mx.distributed.recv(
+            shape, dtype, self.previous, group=self.group, stream=self.stream
+        )
         if idle:
             mx.eval(received)
             return received
@@ -150,6 +214,21 @@ class Chain:
 
 def _message(what: str, layer: int) -> str:
     return MESSAGES[what].format(layer=layer)
+
+
+def pack(*arrays: mx.array) -> mx.array:
+    """Arrays of any shapes and dtypes as one message of bytes (`unpack` reads it)."""
+    return mx.concatenate([mx.view(array.flatten(), mx.uint8) for array in arrays])
+
+
+def unpack(message: mx.array, parts: list[tuple[tuple[int, ...], mx.Dtype]]) -> list[mx.array]:
+    """The arrays of (shape, dtype) `parts` that `pack` put in `message`, in order."""
+    arrays, at = [], 0
+    for shape, dtype in parts:
+        size = math.prod(shape) * dtype.size
+        arrays.append(mx.view(message[at : at + size], dtype).reshape(shape))
+        at += size
+    return arrays
 
 
 def join(group: mx.distributed.Group) -> None:
@@ -401,9 +480,26 @@ def lazy_prompt_step(
     return PromptResult(logits, revived=0)  # a first prompt: nothing earlier to revive
 
 
+@dataclass
+class Chunk:
+    """A chunk of this slice's tokens projected at a layer: its input, its queries, and how many
+    of the slice's rows (its own included) it may attend to."""
+
+    x: mx.array
+    queries: mx.array
+    rows: int
+
+
 class _Runner:
     """One rank's part of one chain step. Rank 0 (config given) also ranks, sends the keep
-    decisions and ends with the whole context; the others keep nothing after the step."""
+    decisions and ends with the whole context; the others keep nothing after the step.
+
+    At each layer a rank projects its own tokens, takes the earlier slices' rows off the chain,
+    and posts them with its own to the next rank before it attends, so the next rank's layer
+    runs beside this one's attention and MLP (KV-Runahead's overlap); rank 0 ranks a pruning
+    layer as soon as every key and the last queries are there, before its own attention, since
+    the ranking reads nothing else. The posted message is waited for once the compute is done.
+    """
 
     def __init__(
         self,
@@ -441,55 +537,134 @@ class _Runner:
         return self.state.adapter.logits(out[:, -1:]) if self.leads else None
 
     def layer(self, layer: int) -> mx.array:
+        """One layer of this rank's slice: project, take the earlier rows, forward them with
+        its own (rank 0: rank a pruning layer and send the decision), attend and run the MLP
+        while that message travels, then wait for it and apply a keep decision."""
         state, plan, chain = self.state, self.plan, self.chain
-        cache, deepest = state[layer], layer == state.num_layers - 1
-        deciding = layer in plan.decisions
+        deepest = layer == state.num_layers - 1
+        deciding = layer in plan.decisions and not deepest
         earlier = self.carried[self.carried < self.begin]
-        if earlier.size:
-            adapter = state.adapter
-            shape = (1, adapter.num_kv_heads, earlier.size, adapter.head_dim)
-            kv = chain.receive((2, *shape[1:]), state.dtype, layer, "kv")
-            positions = chain.receive((earlier.size,), mx.int32, layer, "positions")
-            if not np.array_equal(np.array(positions), earlier):
-                raise RankError(
-                    f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
-                    f" ({earlier.size}) from rank {chain.previous} at layer {layer}, and got "
-                    f"other rows: the ranks no longer agree on the prompt step"
-                )
-            cache.append(kv[None, 0], kv[None, 1], positions)
-        seen = None
-        if deciding and earlier.size:  # the last queries so far, for rank 0's ranking
-            heads = (1, state.adapter.num_heads, min(plan.window, earlier.size))
-            seen = chain.receive((*heads, state.adapter.head_dim), state.dtype, layer, "queries")
         started = time.perf_counter()
-        if self.own.positions.size:
-            out, observed = _layer(self.step, layer, self.own, forget=False)
-            mx.eval(out)
-        else:
-            out, observed = self.own.h, None
-        chain.times.append((layer, time.perf_counter() - started))
-        cache.ends_at(self.total)
+        chunks, own_kv, observed = self.project(layer)
+        projecting = time.perf_counter() - started
+        seen = self.take(layer, earlier, deciding)
+        cache = state[layer]
+        if own_kv is not None:
+            cache.append(own_kv[None, 0], own_kv[None, 1], self.own.positions)
         if observed is not None and seen is not None:
             observed = mx.concatenate([seen, observed], axis=2)[:, :, -plan.window :]
         elif observed is None:
             observed = seen
-        if not self.leads:
-            keys, values = cache.fetch() if cache.rows else (None, None)
-            if cache.rows:
-                chain.send(mx.concatenate([keys, values]), layer, "kv")
-                chain.send(cache.row_positions(), layer, "positions")
-            if deciding and observed is not None:
-                chain.send(observed, layer, "queries")
-            state[layer].keys = state[layer].values = None  # forwarded: no longer needed here
+        mask = self.rank(layer, observed) if self.leads and deciding else None
+        out = self.attend(layer, chunks, deepest)  # built here, run below
+        posted = self.forward(layer, deciding, observed, mask)
+        started = time.perf_counter()
+        mx.eval(out)  # the posted message travels meanwhile
+        chain.times.append((layer, projecting + time.perf_counter() - started))
+        chain.wait(posted)
+        cache.ends_at(self.total)
         if self.leads:
             if state.record is not None:
                 state.record.append((layer, self.carried.tolist()))
             self.report(layer)
-        if deciding and not deepest:
-            self.decide(layer, out, observed)
+        if deciding:
+            self.decide(layer, out, mask)
         else:
             self.own.h = out
         return out
+
+    def project(self, layer: int) -> tuple[list[Chunk], mx.array | None, mx.array | None]:
+        """This slice's tokens at `layer` projected, chunk by chunk as the engine's `_layer`
+        cuts them: the chunks (input, queries, own rows up to its end); the own keys and values
+        stacked (2, kv heads, tokens, head dim); the last `window` queries. They need nothing
+        from the other ranks, so they run first, beside the wait for the earlier rows."""
+        own, adapter = self.own, self.state.adapter
+        count, chunk, window = own.positions.size, self.plan.chunk, self.plan.window
+        if not count:
+            return [], None, None
+        block, scratch = adapter.layers[layer], LazyKVCache()
+        chunks, observed = [], None
+        for begin in range(0, count, chunk):
+            x, at = own.h[:, begin : begin + chunk], own.positions[begin : begin + chunk]
+            run = None if own.first is None else own.first + begin
+            queries = append_kv(adapter, block, scratch, x, at, run)
+            chunks.append(Chunk(x, queries, scratch.rows))
+            last = queries[:, :, -window:]
+            observed = last if observed is None else mx.concatenate([observed, last], axis=2)
+            observed = observed[:, :, -window:]
+        keys, values = scratch.fetch()
+        own_kv = mx.concatenate([keys, values])
+        mx.async_eval(own_kv, observed, *(c.queries for c in chunks))
+        return chunks, own_kv, observed
+
+    def take(self, layer: int, earlier: np.ndarray, deciding: bool) -> mx.array | None:
+        """The earlier slices' rows of `layer` off the chain, into the cache, their positions
+        checked; at a pruning layer the last queries so far too (for rank 0's ranking)."""
+        if not earlier.size:
+            return None
+        state, chain, adapter = self.state, self.chain, self.state.adapter
+        parts = [((earlier.size,), mx.int32)]
+        parts += [((2, adapter.num_kv_heads, earlier.size, adapter.head_dim), state.dtype)]
+        if deciding:
+            window = min(self.plan.window, earlier.size)
+            parts += [((1, adapter.num_heads, window, adapter.head_dim), state.dtype)]
+        size = sum(math.prod(shape) * dtype.size for shape, dtype in parts)
+        positions, kv, *seen = unpack(chain.receive((size,), mx.uint8, layer, "kv"), parts)
+        if not np.array_equal(np.array(positions), earlier):
+            raise RankError(
+                f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
+                f" ({earlier.size}) from rank {chain.previous} at layer {layer}, and got "
+                f"other rows: the ranks no longer agree on the prompt step"
+            )
+        state[layer].append(kv[None, 0], kv[None, 1], positions)
+        return seen[0] if seen else None
+
+    def attend(self, layer: int, chunks: list[Chunk], deepest: bool) -> mx.array:
+        """The slice's projected tokens attend over every row they may see (the cache's rows up
+        to each chunk's last, as `block_forward` fetches them) and run the MLP, unevaluated; at
+        the deepest layer only rank 0's last token, the one output read (the others none)."""
+        if not chunks or (deepest and not self.leads):
+            return self.own.h
+        adapter, cache = self.state.adapter, self.state[layer]
+        block = adapter.layers[layer]
+        keys, values = cache.fetch()
+        before = cache.rows - chunks[-1].rows  # the earlier slices' rows
+        outputs = []
+        for chunk in chunks[-1:] if deepest else chunks:
+            x, queries = chunk.x, chunk.queries
+            mask = "causal" if x.shape[1] > 1 else None
+            if deepest:
+                x, queries, mask = x[:, -1:], queries[:, :, -1:], None
+            rows = before + chunk.rows
+            out = attend(
+                queries, keys[..., :rows, :], values[..., :rows, :], block.self_attn.scale, mask
+            )
+            attended = block.self_attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
+            outputs.append(adapter.finish_block(block, x, attended))
+        return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)
+
+    def forward(
+        self, layer: int, deciding: bool, observed: mx.array | None, mask: mx.array | None
+    ) -> Posted | None:
+        """Post this layer's message to the next rank: a follower's rows (positions, keys and
+        values; the last queries at a pruning layer) as one, rank 0's keep decision. Evaluated
+        first, so the send waits on nothing the compute stream runs after it."""
+        chain, cache = self.chain, self.state[layer]
+        if self.leads:
+            if mask is None:
+                return None
+            mx.eval(mask)
+            return chain.post(mask, layer, "decision")
+        if not cache.rows:
+            return None
+        keys, values = cache.fetch()
+        parts = [cache.row_positions(), mx.concatenate([keys, values])]
+        if deciding:
+            parts.append(observed)
+        message = pack(*parts)
+        mx.eval(message)
+        cache.keys = cache.values = None  # forwarded: the attention holds what it reads
+        return chain.post(message, layer, "kv")
 
     def report(self, layer: int) -> None:
         if self.progress is None or self.cancelled is not None:
@@ -500,16 +675,15 @@ class _Runner:
         except BaseException as error:  # the chain is mid-step: finish it, then obey
             self.cancelled = error
 
-    def decide(self, layer: int, out: mx.array, observed: mx.array | None) -> None:
-        """The keep decision at a pruning layer: rank 0 ranks every carried token with the
-        one-process rule and sends the mask on; every rank applies it."""
+    def decide(self, layer: int, out: mx.array, mask: mx.array | None) -> None:
+        """The keep decision at a pruning layer: rank 0 has ranked every carried token with the
+        one-process rule and sent the mask on; every other rank receives it and passes it on;
+        every rank applies it."""
         chain, count = self.chain, self.carried.size
-        if self.leads:
-            mask = self.rank(layer, observed)
-        else:
+        if mask is None:
             mask = chain.receive((count,), mx.uint8, layer, "decision")
-        if chain.next != 0:
-            chain.send(mask, layer, "decision")
+            if chain.next != 0:
+                chain.send(mask, layer, "decision")
         kept = np.array(mask).astype(bool)
         mine = (self.carried >= self.begin) & (self.carried < self.end)
         own_kept = kept[mine]
