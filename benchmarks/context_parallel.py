@@ -76,8 +76,14 @@ from lazymlx.lengths import parse_lengths
 MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"
 # Qwen2.5-Coder-0.5B's layers (Llama-shaped: its q/k/v biases cost nothing to speak of), for
 # timing where its weights cannot go; the vocabulary is the tiny byte tokenizer's
-QWEN_SHAPE = dict(num_layers=24, hidden_size=896, num_heads=14, num_kv_heads=2)
-QWEN_SHAPE |= dict(intermediate_size=4864, context=32768)
+QWEN_SHAPE = dict(
+    num_layers=24,
+    hidden_size=896,
+    num_heads=14,
+    num_kv_heads=2,
+    intermediate_size=4864,
+    context=32768,
+)
 LATENCY_S = 100e-6  # per message (Thunderbolt/Ethernet TCP, the figure)
 BANDWIDTH = 8e9  # bytes per second
 

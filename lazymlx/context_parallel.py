@@ -292,17 +292,19 @@ class Plan:
         return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions, layer_ms)
 
 
+def layer_cost(tokens: float, token_cost: float, pair_cost: float) -> float:
+    """A layer over a prompt's first `tokens` tokens, causally: a cost per token and one per
+    (query, key) pair it attends."""
+    return token_cost * tokens + pair_cost * tokens * (tokens + 1) / 2
+
+
 def partition(tokens: int, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
     """Slice bounds so that every rank's share of a layer costs the same: a slice a..b costs
     token_cost × (b - a) + pair_cost × (queries × keys it attends), and earlier slices attend
     to fewer keys, so they get more tokens (KV-Runahead's uneven partition)."""
-
-    def cost(x: float) -> float:
-        return token_cost * x + pair_cost * x * (x + 1) / 2
-
-    total, bounds = cost(tokens), [0]
+    total, bounds = layer_cost(tokens, token_cost, pair_cost), [0]
     for p in range(1, ranks):
-        target = total * p / ranks  # solve cost(x) = target
+        target = total * p / ranks  # solve layer_cost(x) = target
         a, b = pair_cost / 2, token_cost + pair_cost / 2
         x = target / b if a == 0 else (-b + math.sqrt(b * b + 4 * a * target)) / (2 * a)
         bounds.append(min(max(round(x), bounds[-1] + 1), tokens - (ranks - p)))
@@ -375,7 +377,7 @@ def plan_for(
         token_cost, pair_cost = weighted_costs(config, state.num_layers, token_cost, pair_cost)
     ratios = state.pruning_layers(config)
     deepest = state.num_layers - 1
-    whole = _costs[key][0] * tokens.size + _costs[key][1] * tokens.size * (tokens.size + 1) / 2
+    whole = layer_cost(tokens.size, *_costs[key])  # unweighted: the first layer keeps all
     return Plan(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
