@@ -185,16 +185,17 @@ def document_paragraphs(source: str, document: str) -> tuple[str, ...]:
 
 
 def _docstrings(module_name: str) -> str:
-    """A module's docstring and those of its public functions and classes."""
+    """A module's docstring and those of its public functions and classes (quietly: importing
+    some modules, and looking at typing's deprecated io and re members, warns)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         module = importlib.import_module(module_name)
-    docs = [module.__doc__ or ""]
-    for attr, value in sorted(vars(module).items()):
-        documented = inspect.isfunction(value) or inspect.isclass(value)
-        own = getattr(value, "__module__", None) == module.__name__
-        if documented and own and not attr.startswith("_"):
-            docs.append(value.__doc__ or "")
+        docs = [module.__doc__ or ""]
+        for attr, value in sorted(vars(module).items()):
+            documented = inspect.isfunction(value) or inspect.isclass(value)
+            own = getattr(value, "__module__", None) == module.__name__
+            if documented and own and not attr.startswith("_"):
+                docs.append(value.__doc__ or "")
     return "\n\n".join(docs)
 
 
