@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from conftest import engine_greedy, random_model, random_tokens
-from mlx_lm.models.cache import load_prompt_cache
+from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache
 
 from lazymlx import LazyState
 from lazymlx.contexts import Context, load_context, save_context
@@ -38,6 +38,36 @@ def test_fill_computes_each_missing_pair_once(family):
     assert units > 1 and not complete.pending(state, FILL)
     assert np.array_equal(pair_counts(state), np.ones((state.offset, 8), np.int32))
     assert all(cache.rows == state.offset for cache in state.layers)  # KV everywhere
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_filled_rows_equal_stock_through_the_layer_after_the_prune(family):
+    """What fill computes is stock's computation where the prune changed nothing yet: every
+    token's hidden state entering a pruning layer's next layer is stock's, so after completion
+    each layer up to that one holds stock's keys and values for every prompt token; deeper, the
+    kept tokens' rows differ (they attended without the pruned ones), as LazyLLM's do."""
+    model = random_model(family, num_layers=8)
+    prompt = random_tokens(300)
+    stock = make_prompt_cache(model)
+    model(mx.array(prompt)[None], cache=stock)
+    config = LazyConfig(schedule=((0.5, 0.3),), complete="fill")
+    state = LazyState(model)
+    engine_greedy(model, prompt, 1, config, state)
+    assert complete.pending(state, config)
+    complete.complete_all(state, config)
+    differences = []
+    for layer in range(8):
+        cache = state[layer]
+        positions = np.array(cache.row_positions())
+        rows = np.flatnonzero(positions < len(prompt))
+        rows = rows[np.argsort(positions[rows])]
+        assert len(rows) == len(prompt)
+        ours = np.array(cache.keys[..., : cache.rows, :])[:, :, rows]
+        theirs = np.array(stock[layer].state[0][..., : len(prompt), :])
+        differences.append(np.abs(ours - theirs).max())
+    (pruning,) = state.pruning_layers(config)  # Gemma 3 prunes at a global layer only
+    assert max(differences[: pruning + 2]) < 1e-4, differences
+    assert min(differences[pruning + 2 :]) > 1e-2, differences
 
 
 def test_masked_attention_written_out_for_cuda_changes_nothing(monkeypatch):
