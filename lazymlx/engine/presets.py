@@ -127,4 +127,4 @@ def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
 
 def _write_json(path: Path, data: Any) -> Path:
     """Write `data` as JSON, atomically."""
-    return write_atomic(path, lambda staged: staged.write_text(json.dumps(data, indent=1)))
+    return write_atomic(path, lambda staged: staged.write_text(json.dumps(data, indent=1) + "\n"))
