@@ -18,8 +18,8 @@ PRESET_TOKENS = Path(__file__).parent / "data" / "smoke_preset_tokens.json"
 
 
 def test_bench_smoke_on_the_default_model(real):
-    """512 tokens: past min_prompt, so `fast` prunes; under the default's floor (at least 1,024
-    tokens past each prune) the prompt runs whole."""
+    """512 tokens: past min_prompt, so `fast` prunes; the default runs every prompt whole
+    (SmolLM2's calibrated default since 2026-11-28)."""
     data = json.loads(
         invoke(
             "bench",
@@ -41,7 +41,7 @@ def test_bench_smoke_on_the_default_model(real):
     assert rows["baseline"]["answer_correct"]  # the passkey prompt is answerable
     assert rows["lazy:off"]["answer_matches_baseline"]
     assert rows["lazy:off"]["compute_fraction"] == 1
-    assert rows["lazy:default"]["compute_fraction"] == 1  # its floor
+    assert rows["lazy:default"]["compute_fraction"] == 1
     assert rows["lazy:default"]["answer_matches_baseline"]
     assert rows["lazy:fast"]["compute_fraction"] < 0.7
 
@@ -49,9 +49,9 @@ def test_bench_smoke_on_the_default_model(real):
 def test_eval_smoke_on_the_default_model(real):
     """One short calibration case per family through its path (raw, follow-up, context file,
     LLM prefix reuse, chat), against the committed baselines: nothing re-runs stock mlx-lm;
-    `fast` (which prunes at 1k) gives the tokens it gave before. The default is not run: its
-    floor keeps a 1k prompt whole, and its tokens here were stock's in every family (the bench
-    smoke above checks that it computes all the work under its floor)."""
+    `fast` (which prunes at 1k) gives the tokens it gave before. The default is not run: it runs
+    every prompt whole, and its tokens here were stock's in every family (the bench smoke above
+    checks that it computes all the work)."""
     data = json.loads(
         invoke(
             "eval",
