@@ -20,7 +20,7 @@ from lazymlx.engine.presets import (
     shipped_file,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import SPARSE, candidate_config
+from lazymlx.evals.calibrate import SPARSE, candidate_config, candidate_configs
 from lazymlx.models.registry import REGISTRY
 
 
@@ -70,6 +70,15 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
     assert resolve_preset("default", "m") == tuned
     assert resolve_preset("static", "m").schedule == tuned.schedule
     assert resolve_preset("default", "other") == PRESETS["default"]
+
+
+def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
+    # a schedule of keep ratios of 1 prunes nothing: the strategies follow the gentle rule, and
+    # calibration does not try that default as a candidate (its answers are stock's)
+    save_preset("m", "default", LazyConfig(schedule=((0.5, 1.0),)), {})
+    assert resolve_preset("static", "m").schedule == PRESETS["gentle"].schedule
+    assert "default" not in candidate_configs(resolve_preset("default", "m"))
+    assert "default" in candidate_configs(PRESETS["gentle"])
 
 
 def test_preset_errors():

@@ -246,7 +246,7 @@ def pruning_base(default: LazyConfig) -> LazyConfig:
     """What schedules and the comparison strategies are built on: a model's default where it
     prunes (its scoring and length rules), else the gentle rule (a default that runs whole
     scores nothing, and strategies that pruned nothing would compare nothing)."""
-    return default if default.schedule else PRESETS["gentle"]
+    return default if default.prunes else PRESETS["gentle"]
 
 
 PRESETS.update({name: derive(pruning_base(PRESETS["default"])) for name, derive in DERIVED.items()})

@@ -80,7 +80,7 @@ def gate_tokens(name: str) -> int | None:
 def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
     """Every listed candidate's config, built from a model's default; a default that prunes
     nothing is no candidate (its answers are stock's)."""
-    names = [name for name in CANDIDATES if default.schedule or name != "default"]
+    names = [name for name in CANDIDATES if default.prunes or name != "default"]
     return {name: candidate_config(default, name) for name in names}
 
 
