@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig, pruning_base
+from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -91,13 +91,15 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
 
     The presets derived from `default` (sparse, paper, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
-    are compared to; where the default runs whole, they follow the gentle rule.
+    are compared to; where the default runs whole, they follow the model's `gentle` rule (its
+    own where it ships one, as Gemma 3 ships its former default).
     """
     own = {} if model is None else shipped_presets(model) | saved_presets(model)
     if name in own:
         return own[name]
     if name in DERIVED:
-        return DERIVED[name](pruning_base(resolve_preset("default", model)))
+        default = resolve_preset("default", model)
+        return DERIVED[name](default if default.prunes else resolve_preset("gentle", model))
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(
