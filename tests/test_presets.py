@@ -123,6 +123,18 @@ def test_smollm2_ships_the_default_its_calibration_left():
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
 
 
+def test_gemma3_ships_its_former_default_as_gentle():
+    """Gemma 3's calibrated rule fell below the bar on its validation split at 2k and 8k
+    (benchmarks/README.md, "Gemma 3's default runs whole"): its default runs whole, its rule
+    ships as its own `gentle`, and its comparison strategies prune as that rule does."""
+    gentle = resolve_preset("gentle", "gemma3-270m")
+    assert not resolve_preset("default", "gemma3-270m").prunes
+    assert gentle != PRESETS["gentle"] and gentle.decode == "sparse" and gentle.min_keep == 1024
+    assert gentle.schedule == ((0.24, 0.5), (0.57, 0.3))
+    for name in ("sparse", "static", "random", "paper"):
+        assert resolve_preset(name, "gemma3-270m").schedule == gentle.schedule, name
+
+
 def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
     for model in REGISTRY:
         assert calibrated(model), model
