@@ -242,11 +242,12 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
 }
 
 
-def pruning_base(default: LazyConfig) -> LazyConfig:
+def pruning_base(default: LazyConfig, gentle: LazyConfig | None = None) -> LazyConfig:
     """What schedules and the comparison strategies are built on: a model's default where it
-    prunes (its scoring and length rules), else the gentle rule (a default that runs whole
-    scores nothing, and strategies that pruned nothing would compare nothing)."""
-    return default if default.prunes else PRESETS["gentle"]
+    prunes (its scoring and length rules), else its gentle rule, the built-in one unless the
+    model has its own (a default that runs whole scores nothing, and strategies that pruned
+    nothing would compare nothing)."""
+    return default if default.prunes else gentle or PRESETS["gentle"]
 
 
 PRESETS.update({name: derive(pruning_base(PRESETS["default"])) for name, derive in DERIVED.items()})

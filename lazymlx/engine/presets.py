@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig
+from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -98,8 +98,9 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
     if name in own:
         return own[name]
     if name in DERIVED:
-        default = resolve_preset("default", model)
-        return DERIVED[name](default if default.prunes else resolve_preset("gentle", model))
+        return DERIVED[name](
+            pruning_base(own.get("default", PRESETS["default"]), own.get("gentle"))
+        )
     if name in PRESETS:
         return PRESETS[name]
     raise LazymlxError(
