@@ -12,7 +12,7 @@ the next rank starts its layer once this one's keys exist, not once its whole la
 
 Pruning is the one-process rule, unchanged: the prompt's last tokens live in the last slice,
 which by then holds every key of the layer, so rank 0 ranks (lazymlx/engine/prefill.py's
-Ranker and `_rank_own`) as soon as the keys and the last queries are there, before its own
+Ranker and `rank_own`) as soon as the keys and the last queries are there, before its own
 attention, and sends the keep decision back along the ring (one byte per carried token). A token
 pruned at a layer sends nothing deeper, and each (token, layer) is computed once, on the rank
 that owns its slice. After the last layer the other ranks send rank 0 the Aux
@@ -69,9 +69,10 @@ from lazymlx.engine.prefill import (
     PromptResult,
     Ranker,
     Step,
-    _rank_own,
     _roll_back,
+    own_bounds,
     prompt_step,
+    rank_own,
 )
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.watchdog import Watchdog, stall_timeout
@@ -706,11 +707,10 @@ class _Runner:
         step, state, config = self.step, self.state, self.step.config
         count = self.carried.size
         sinks = min(config.keep_first, self.total)
-        least = min(count, sinks + 1)
         ratio = state.pruning_layers(config)[layer]
-        k = max(config.kept_count(ratio, count), least) if step.prune else count
+        bounds = own_bounds(config, ratio, count, sinks, step.prune)
         mask = np.ones(count, np.uint8)
-        if k >= count:
+        if bounds[0] >= count:
             return mx.array(mask)
         cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
         scores = None
@@ -721,7 +721,7 @@ class _Runner:
                 scores = step.ranker.row_scores(observed, cache, scale)
             return scores
 
-        kept, _ = _rank_own(step.ranker, layer, row_scores, count, sinks, k)
+        kept, _ = rank_own(step.ranker, layer, row_scores, count, sinks, bounds, config.mass)
         mask[:] = 0
         mask[np.array(kept)] = 1
         return mx.array(mask)

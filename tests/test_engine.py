@@ -40,6 +40,8 @@ REVIVING = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4)
 ENGINE_KEEP_ALL = LazyConfig(schedule=((0.5, 0.999),))
 # a floor above the prompt's length keeps every token at a hard schedule
 FLOORED = LazyConfig(schedule=((0.3, 0.1), (0.6, 0.1)), min_keep=512)
+# a mass rule holding all of the attention keeps every token, through the engine's own prefill
+MASS_KEEP_ALL = LazyConfig(schedule=((0.3, 1.0), (0.6, 0.9999)), mass=1.0)
 
 
 def quantized(model):
@@ -61,7 +63,9 @@ def quantized(model):
     ids=["llama", "mistral", "qwen2", "qwen3", "gemma3", "untied-head", "quantized-4bit"],
 )
 @pytest.mark.parametrize(
-    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+    "config",
+    [LazyConfig(), ENGINE_KEEP_ALL, FLOORED, MASS_KEEP_ALL],
+    ids=["off", "engine-prefill", "floor", "mass-1"],
 )
 @pytest.mark.parametrize("chunk", [2048, 32])
 def test_keep_all_reproduces_stock_mlx_lm(make_model, config, chunk):
@@ -289,6 +293,8 @@ PROPERTY_MODEL = None
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2)),
     prompt_revive=st.booleans(),
     min_keep=st.sampled_from([0, 5, 40]),
+    mass=st.sampled_from([0.0, 0.0, 0.5, 0.9, 1.0]),
+    least=st.sampled_from([0.0, 0.1]),
 )
 def test_random_schedules_keep_every_invariant(
     schedule,
@@ -303,6 +309,8 @@ def test_random_schedules_keep_every_invariant(
     scoring,
     prompt_revive,
     min_keep,
+    mass,
+    least,
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
@@ -316,6 +324,8 @@ def test_random_schedules_keep_every_invariant(
         pool=scoring[1],
         prompt_revive=prompt_revive,
         min_keep=min_keep,
+        mass=mass,
+        least=least,
     )
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL)
@@ -335,10 +345,53 @@ def test_random_schedules_keep_every_invariant(
         assert np.all(np.diff(computed) > 0)
         if layer + 1 < 5:
             n = len(computed)
-            kept = max(config.kept_count(keep[layer], n), forced) if layer in keep else n
-            assert len(first[layer + 1]) == min(n, kept)
+            low, high = config.kept_bounds(keep[layer], n) if layer in keep else (n, n)
+            went_on = len(first[layer + 1])
+            assert min(n, max(low, forced)) <= went_on <= min(n, max(high, forced))
+            if not 0 < mass < 1:  # a fixed ratio, or a mass rule keeping up to its ceiling
+                assert went_on == min(n, max(high, forced))
     depth = np.array(state.aux.depths())
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
+
+
+def test_a_mass_rule_keeps_few_of_sharp_attention_and_most_of_spread_attention():
+    sharp = mx.array([0.0] * 90 + [10.0] * 5 + [0.0] * 5)  # the mass on 5 tokens of 100
+    spread = mx.ones(100)
+    none = mx.zeros(100, dtype=mx.bool_)
+    assert prefill.mass_count(sharp, none, (1, 100), 0.9) == 5
+    assert prefill.mass_count(spread, none, (1, 100), 0.9) == 90
+    # the floor and the ceiling bound it; p = 1 (or no mass rule) keeps the ceiling's count
+    assert prefill.mass_count(sharp, none, (20, 100), 0.9) == 20
+    assert prefill.mass_count(spread, none, (1, 50), 0.9) == 50
+    assert prefill.mass_count(sharp, none, (1, 100), 1.0) == 100
+    assert prefill.mass_count(sharp, none, (1, 60), 0.0) == 60
+    # forced tokens (sinks, the last one) go on beside the mass's, their scores aside
+    forced = mx.arange(100) >= 98
+    assert prefill.mass_count(sharp, forced, (1, 100), 0.9) == 7
+
+
+def test_a_mass_rule_prunes_a_real_prompt_step_between_its_bounds():
+    model = random_model(num_layers=6, seed=5)
+    config = LazyConfig(schedule=((0.34, 1.0), (0.67, 0.6)), mass=0.6, least=0.1, keep_first=2)
+    state = LazyState(model)
+    state.record = []
+    prompt = random_tokens(300)
+    engine_greedy(model, prompt, 4, config, state)
+    assert_each_pair_once_and_depths_agree(state)
+    carried = [len(positions) for _, positions in state.record[:6]]
+    assert carried[0] == 300
+    assert 30 <= carried[3] < 300  # layer 2 kept what held 60% of the attention, >= 10%
+    assert carried[5] <= int(np.ceil(0.6 * carried[3]))  # the ceiling at layer 4
+    assert "60% of the attention" in config.describe()
+
+
+def test_mass_and_least_must_be_shares():
+    for field in ("mass", "least"):
+        for bad in (-0.1, 1.5, True, "0.9"):
+            with pytest.raises(LazymlxError, match=field):
+                LazyConfig(schedule=((0.5, 1.0),), **{field: bad})
+    assert not LazyConfig(schedule=((0.5, 1.0),), mass=1.0).prunes  # holds everything
+    assert LazyConfig(schedule=((0.5, 1.0),), mass=0.9).prunes
 
 
 def test_unsupported_architecture_is_a_clear_error():
@@ -655,7 +708,9 @@ def window_rows(state: LazyState) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+    "config",
+    [LazyConfig(), ENGINE_KEEP_ALL, FLOORED, MASS_KEEP_ALL],
+    ids=["off", "engine-prefill", "floor", "mass-1"],
 )
 def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
     """Gemma 3's local layers see the last 24 positions here: rows older than every query still

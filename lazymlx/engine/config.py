@@ -34,6 +34,13 @@ class LazyConfig:
     schedule: (depth fraction, keep ratio) pairs. At layer floor(depth × layers) the tokens present
         are ranked (see window, pool, selection) and the top ceil(ratio × n) go on. Ratios
         compound: (0.25, 0.5), (0.5, 0.5) leaves a quarter of the tokens after mid-depth.
+        Under a mass rule (mass > 0) a ratio is the most that goes on there (1: no ceiling).
+    mass: 0 prunes by the schedule's fixed ratios. A share p in (0, 1] keeps, at each pruning
+        layer, the fewest tokens whose scores hold p of the score mass (the forced tokens
+        aside), between the floor (least, min_keep) and the layer's ratio: a look-up, whose
+        attention sits on a few tokens, keeps few; a summary, whose attention is spread, keeps
+        most. p = 1 keeps every token up to the ceiling.
+    least: under a mass rule, the least share of the tokens that goes on past each prune.
     keep_first: the first tokens (attention sinks) are never pruned; the step's last token
         always goes on.
     window: tokens are scored by the attention the last `window` carried tokens pay them,
@@ -68,6 +75,8 @@ class LazyConfig:
     """
 
     schedule: tuple[tuple[float, float], ...] = ()
+    mass: float = 0.0
+    least: float = 0.0
     keep_first: int = 0
     window: int = 1
     past_template: bool = False
@@ -88,6 +97,12 @@ class LazyConfig:
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
             if value < (1 if name == "window" else 0):
                 raise LazymlxError(f"{name} must be >= {int(name == 'window')}, got {value}")
+        for name in ("mass", "least"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise LazymlxError(f"{name} must be a number in [0, 1], got {value!r}")
+            if not 0 <= value <= 1:
+                raise LazymlxError(f"{name} must be in [0, 1], got {value}")
         for name in ("past_template", "prompt_revive"):
             if not isinstance(getattr(self, name), bool):
                 raise LazymlxError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -105,27 +120,48 @@ class LazyConfig:
 
     @property
     def prunes(self) -> bool:
-        return any(ratio < 1 for _, ratio in self.schedule)
+        return any(self._prunes_at(ratio) for _, ratio in self.schedule)
+
+    def _prunes_at(self, ratio: float) -> bool:
+        """Whether a schedule step keeping at most `ratio` can drop a token."""
+        return ratio < 1 or 0 < self.mass < 1
 
     def kept_count(self, ratio: float, present: int) -> int:
-        """How many of the `present` tokens a pruning layer keeping `ratio` lets go on."""
+        """How many of the `present` tokens a pruning layer keeping `ratio` lets go on (under a
+        mass rule, the most it may)."""
         return max(math.ceil(ratio * present), min(present, self.min_keep))
 
+    def kept_bounds(self, ratio: float, present: int) -> tuple[int, int]:
+        """The fewest and the most of the `present` tokens a pruning layer keeping `ratio` lets
+        go on: one count under fixed ratios; under a mass rule the floor (least, min_keep) and
+        the ceiling, the attention's mass deciding between them."""
+        most = self.kept_count(ratio, present)
+        if not self.mass:
+            return most, most
+        fewest = max(math.ceil(self.least * present), min(present, self.min_keep))
+        return min(fewest, most), most
+
     def work_share(
-        self, tokens: int, num_layers: int, ranking: Sequence[int] | None = None
+        self,
+        tokens: int,
+        num_layers: int,
+        ranking: Sequence[int] | None = None,
+        fewest: bool = False,
     ) -> float:
         """The share of stock's (token, layer) pairs a fresh prompt step of `tokens` tokens
         computes, counted as the prompt step keeps them (min_prompt, min_keep, the sinks and
         the last token forced on): known before anything runs, so calibration can try the
-        cheapest candidates first and a user can be told what a preset saves."""
+        cheapest candidates first and a user can be told what a preset saves. Under a mass rule
+        the attention decides, so this is the most it computes, or with `fewest` the least."""
         if not self.prunes or tokens < self.min_prompt or tokens <= 0:
             return 1.0
         ratios, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
-        least = min(tokens, min(self.keep_first, tokens) + 1)
+        forced = min(tokens, min(self.keep_first, tokens) + 1)
         for layer in range(num_layers):
             pairs += present
             if layer in ratios:
-                present = max(self.kept_count(ratios[layer], present), min(present, least))
+                low, high = self.kept_bounds(ratios[layer], present)
+                present = max(low if fewest else high, min(present, forced))
         return pairs / (tokens * num_layers)
 
     def pruning_layers(
@@ -145,14 +181,24 @@ class LazyConfig:
             layer = math.floor(depth * num_layers)
             if usable:
                 layer = min(usable, key=lambda at, wanted=layer: (abs(at - wanted), -at))
-            if ratio < 1 and layer < num_layers - 1:
+            if self._prunes_at(ratio) and layer < num_layers - 1:
                 layers[layer] = layers.get(layer, 1.0) * ratio
         return layers
 
     def describe(self) -> str:
         if not self.prunes:
             return "keep all tokens"
-        steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
+        if self.mass:
+            at = ", ".join(f"{depth:.0%}" for depth, _ in self.schedule)
+            steps = f"keep the fewest tokens holding {self.mass:.0%} of the attention at {at}"
+            ceilings = {ratio for _, ratio in self.schedule}
+            if ceilings != {1.0}:
+                most = "/".join(f"{ratio:.0%}" for _, ratio in self.schedule)
+                steps += f" (at most {most})"
+            if self.least:
+                steps += f", at least {self.least:.0%}"
+        else:
+            steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
         if self.keep_first:
             steps += f", first {self.keep_first} kept"
         if self.min_prompt:

@@ -210,15 +210,14 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         if deepest or layer not in ratios:
             continue
         own = carried.positions.size - carried.revived
-        least = min(own, sinks + 1)  # the forced ones: the sinks and the last token
-        k = max(config.kept_count(ratios[layer], own), least) if prune else own
+        bounds = own_bounds(config, ratios[layer], own, sinks, prune)
         backlog = waiting is not None and waiting[layer + 1] > 0
-        if k >= own and not carried.revived and not backlog:
+        if bounds[0] >= own and not carried.revived and not backlog:
             continue
         scale = block.self_attn.scale
         scores = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_scores(o, c, s))
         aux.make_slots(adapter.hidden_size, state.dtype)
-        kept, dropped = _rank_own(ranker, layer, scores, own, sinks, k)
+        kept, dropped = rank_own(ranker, layer, scores, own, sinks, bounds, config.mass)
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
         if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
@@ -226,25 +225,65 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         carried = Carried(
             mx.concatenate([back_h, own_h[:, kept]], axis=1),
             mx.concatenate([back, own_positions[kept]]),
-            carried.first if k >= own else None,
+            carried.first if kept.size == own else None,
             back.size,
         )
         step.evaluate(carried.h, carried.positions, aux.hidden, aux.depth)
     return adapter.logits(carried.h[:, -1:])
 
 
-def _rank_own(
-    ranker: Ranker, layer: int, row_scores: Callable[[], mx.array], own: int, sinks: int, k: int
+def own_bounds(
+    config: LazyConfig, ratio: float, own: int, sinks: int, prune: bool
+) -> tuple[int, int]:
+    """The fewest and the most of a step's `own` tokens that go on past a pruning layer keeping
+    `ratio` (all of them when the step runs whole); never fewer than the forced ones, the
+    sinks and the last token."""
+    if not prune:
+        return own, own
+    forced = min(own, sinks + 1)
+    low, high = config.kept_bounds(ratio, own)
+    return max(low, forced), max(high, forced)
+
+
+def rank_own(
+    ranker: Ranker,
+    layer: int,
+    row_scores: Callable[[], mx.array],
+    own: int,
+    sinks: int,
+    bounds: tuple[int, int],
+    mass: float,
 ) -> tuple[mx.array, mx.array]:
     """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
-    last token always among them. (kept, ascending; dropped)."""
+    last token always among them, k between `bounds` (the mass rule's count, or the one count
+    of a fixed ratio). (kept, ascending; dropped)."""
     scores = ranker.own(layer, row_scores, own)
     index = mx.arange(own)
     forced = (index < sinks) | (index == own - 1)
     order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
+    k = mass_count(scores, forced, bounds, mass)
     kept = mx.sort(order[:k])
     ranker.narrow(kept)
     return kept, order[k:]
+
+
+def mass_count(
+    scores: mx.array, forced: mx.array | None, bounds: tuple[int, int], mass: float
+) -> int:
+    """How many tokens go on: with a mass rule (0 < mass < 1) the forced ones and the fewest
+    others whose scores hold `mass` of the others' total, clamped to `bounds`; else the most.
+    One host sync, only where the bounds leave a choice."""
+    low, high = bounds
+    if low >= high or not 0 < mass < 1:
+        return high
+    free = scores.astype(mx.float32)
+    if forced is not None:
+        free = mx.where(forced, 0.0, free)
+    free = mx.maximum(free, 0.0)  # random selection's scores are uniform, attention's >= 0
+    held = mx.cumsum(mx.sort(free)[::-1])
+    need = mx.sum(held < mass * held[-1]) + 1
+    fixed = 0 if forced is None else mx.sum(forced)
+    return min(max(int((need + fixed).item()), low), high)
 
 
 def _revive(
@@ -268,7 +307,8 @@ def _revive(
     context_rows = row_positions[:split]
     shaped = ranker.shape_rows(scores, row_positions)
     context, back = shaped[:split], shaped[split : split + revived]
-    count = step.config.kept_count(ratio, cache.rows)
+    config = step.config
+    count = mass_count(shaped, None, config.kept_bounds(ratio, cache.rows), config.mass)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []
