@@ -4,8 +4,9 @@ Issue 53 found the short-prompt failure on these files (a summary that loops), a
 out of the eval's sources so no knob is ever tuned on them. Each chosen file (the first ones, in
 version order, whose chat prompt falls in each token band) goes through the chat template with
 "Summarize these release notes in three short bullet points.", 64 greedy tokens, as a `summary`
-case of the eval: stock, the noise floor (stock with 8-bit round-tripped weights) and each
-preset, every answer scored against stock's (ROUGE-L, loops). Records go to a journal that
+case of the eval: stock, the 8-bit and 4-bit references (stock with round-tripped weights) and
+each preset, every answer judged by stock (its mean NLL, lazymlx/evals/judge.py), checked for
+loops and, as a diagnostic, compared with stock's words. Records go to a journal that
 `benchmarks/tables.py open` tabulates.
 
     .venv/bin/python benchmarks/relnotes_check.py --model qwen2.5-coder-0.5b --lazy default \\
@@ -24,8 +25,9 @@ from pathlib import Path
 
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import OPEN_TOKENS, Case, context_tokens
+from lazymlx.evals.judge import Judge
 from lazymlx.evals.measure import strategy
-from lazymlx.evals.reference import round_trip
+from lazymlx.evals.reference import REFERENCE_BITS, round_trip
 from lazymlx.evals.runner import evaluate, records_as_dicts
 
 RELNOTES = Path("/usr/share/doc/git/RelNotes")
@@ -66,13 +68,16 @@ def main() -> None:
     model, tokenizer = lazymlx.load(args.model)
     cases = pick(tokenizer, args.per_band)
     strategies = [strategy(name, args.model) for name in args.lazy.split(",")]
-    floor = round_trip(lazymlx.load(args.model)[0])
     with tempfile.TemporaryDirectory() as folder:  # stock's answers: run here, beside the presets
         cache = Path(folder) / "baselines.json"
+        references = {}
+        for mode, bits in REFERENCE_BITS.items():
+            other = round_trip(lazymlx.load(args.model)[0], bits)
+            references[mode] = (other, BaselineCache(other, cache))
         records = evaluate(
             model, tokenizer, cases, strategies, BaselineCache(model, cache),
             on_run=lambda case, mode: print(f"{case.source} {case.length} {mode}", flush=True),
-            reference=(floor, BaselineCache(floor, cache)),
+            references=references, judge=Judge(model, Path(folder) / "judge"),
         )  # fmt: skip
     with open(args.journal, "w") as out:
         for row in records_as_dicts(records):

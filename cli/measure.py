@@ -250,14 +250,21 @@ def accuracy_cell(row: dict) -> str:
 
 
 def open_cell(row: dict) -> str:
-    """e.g. '0.91 [0.84-0.97], 1 loop': open-ended answers' mean similarity to stock's (ROUGE-L,
-    or a code line's edit similarity) with its 95% interval, and answers that loop where
-    stock's do not."""
+    """e.g. 'gold 0.41, NLL 0.62, 1 loop; words 0.91 [0.84-0.97]': open answers' mean similarity
+    to their gold texts, stock's mean NLL of them (lazymlx/evals/judge.py), answers that loop
+    where stock's do not, and, as a diagnostic, their words against stock's with its 95%
+    interval."""
     if row["score"] is None:
         return "—"
-    low, high = row["score_interval"]
+    parts = []
+    if row["target_score"] is not None:
+        parts.append(f"gold {row['target_score']:.2f}")
+    if row["nll"] is not None:
+        parts.append(f"NLL {row['nll']:.3f}")
     loops = row["new_loops"]
-    return f"{row['score']:.2f} [{low:.2f}-{high:.2f}], {loops} loop{'s' * (loops != 1)}"
+    parts.append(f"{loops} loop{'s' * (loops != 1)}")
+    low, high = row["score_interval"]
+    return ", ".join(parts) + f"; words {row['score']:.2f} [{low:.2f}-{high:.2f}]"
 
 
 def kept_cell(row: dict) -> str:
@@ -283,7 +290,7 @@ EVAL_COLUMNS: list[Column] = [
     ("kept_cell", "kept or free-form agreement [95% CI]", str),
     ("gained", "gained", str),
     ("accuracy_cell", "accuracy (vs stock [95% CI])", str),
-    ("open_cell", "open-ended vs stock [95% CI], new loops", str),
+    ("open_cell", "open answers: gold, stock's NLL, new loops; words vs stock", str),
     ("identical", "tokens = baseline", percent),
     ("compute_fraction", "work vs stock", percent),
     ("speedup", "TTFT speedup", lambda v: "—" if v is None else ratio(v)),
@@ -397,8 +404,9 @@ def _run_suite(
     right_only=False, reference=False,
 ):  # fmt: skip
     """The baseline (cached) and the strategies on a split's cases (with right_only, those the
-    baseline answers right), and with `reference` the noise floor beside them (its answers
-    cached in the same file); the records and a header."""
+    baseline answers right), and with `reference` the 8-bit and 4-bit references beside them
+    (their answers cached in the same file), every open answer judged by stock; the records
+    and a header."""
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
@@ -415,16 +423,17 @@ def _run_suite(
         with run_progress(runs) as advance:
             suite = right_cases(run.model, run.tokenizer, suite, cache, on_run=_announce(advance))
         counted, runs = (cache.hits, cache.misses), 0
-    floor = _floor(model, cache) if reference else None
-    if floor:
-        runs += _uncached(floor[1], suite)
+    references = _references(model, cache) if reference else {}
+    for _, other in references.values():
+        runs += _uncached(other, suite)
     runs += sum(
         case_key(c, s.mode) not in recorded for c in suite for s in case_strategies(c, strategies)
     )
     with run_progress(runs) as advance:
         done = run_eval(
             run.model, run.tokenizer, suite, strategies, cache, on_run=_announce(advance),
-            on_record=_journal_writer(journal), recorded=recorded, reference=floor,
+            on_record=_journal_writer(journal), recorded=recorded, references=references,
+            judge=_judge(run),
         )  # fmt: skip
     cached, ran = counted or (cache.hits, cache.misses)
     head = _header(
@@ -488,14 +497,26 @@ def _uncached(cache, cases) -> int:
     return runs
 
 
-def _floor(model: str, cache):
-    """The noise floor: the model again with its weights round-tripped through 8 bits, and its
-    answers' cache, in the baselines' file."""
+def _references(model: str, cache, modes=None) -> dict:
+    """The references (lazymlx/evals/reference.py), by mode: the model again with its weights
+    round-tripped through 8 bits and through 4 bits (`modes`: only these), each with its
+    answers' cache in the baselines' file."""
     from lazymlx.evals.baselines import BaselineCache
-    from lazymlx.evals.reference import round_trip
+    from lazymlx.evals.reference import REFERENCE_BITS, round_trip
 
-    floor_model = round_trip(_load(model)[0])
-    return floor_model, BaselineCache(floor_model, cache.path)
+    made = {}
+    for mode, bits in REFERENCE_BITS.items():
+        if modes is None or mode in modes:
+            other = round_trip(_load(model)[0], bits)
+            made[mode] = (other, BaselineCache(other, cache.path))
+    return made
+
+
+def _judge(run):
+    """Stock's judgment of open answers, when the run has any (lazymlx/evals/judge.py)."""
+    from lazymlx.evals.judge import Judge
+
+    return Judge(run.model) if any(case.judge for case in run.cases) else None
 
 
 def _journal_writer(journal: str | None):
@@ -543,7 +564,9 @@ def _search(
     if probe is not None and paced in kept and paced not in ran:
         records.append(probe)
         keep(probe)
-    plan = Plan(ids, search.ranked(ids), frozenset(ids) if reference else frozenset(), bar)
+    exact = frozenset(c for c in ids if search.suite[c].judge is None)
+    opened = frozenset(ids) - exact
+    plan = Plan(ids, search.ranked(ids), exact if reference else frozenset(), bar, opened)
     with clock_progress(sum(map(search.case_s, ids))) as tick:
 
         def stop(step) -> bool:
@@ -562,9 +585,9 @@ def _resumed_cases(ids: tuple, earlier: list, minutes: float | None) -> tuple[tu
     stopped before them never used its sizing and is sized again."""
     from lazymlx.evals.calibrate import case_id
     from lazymlx.evals.measure import BASELINE
-    from lazymlx.evals.reference import REFERENCE
+    from lazymlx.evals.reference import REFERENCE_BITS
 
-    sized = minutes is not None and any(r.mode not in (BASELINE, REFERENCE) for r in earlier)
+    sized = minutes is not None and any(r.mode not in (BASELINE, *REFERENCE_BITS) for r in earlier)
     if sized:
         resumed = {case_id(r) for r in earlier if r.mode == BASELINE}
         ids = tuple(c for c in ids if c in resumed)
@@ -589,7 +612,7 @@ def _left_out(wanted: tuple, ids: tuple) -> dict:
 class _Search:
     """A calibration search's cases, modes and caches, and what it reckons from them: each
     mode's share of stock's work, a step's expected time at the pace timed (`speed`), and
-    stock's and the reference's answers the caches already hold."""
+    stock's and the references' answers the caches already hold."""
 
     def __init__(self, run: _Suite, suite: dict, model: str, baselines, reference: bool, only):
         from pathlib import Path
@@ -598,31 +621,36 @@ class _Search:
         from lazymlx.evals.baselines import BaselineCache
         from lazymlx.evals.calibrate import candidate_strategies
         from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
-        from lazymlx.evals.reference import REFERENCE
+        from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
         from lazymlx.models.adapters import adapter_for
 
-        self.run, self.suite, self.reference, self.speed = run, suite, reference, None
+        self.run, self.suite, self.speed = run, suite, None
         self.cache = BaselineCache(run.model, Path(baselines) if baselines else None)
-        self.floor = _floor(model, self.cache) if reference else None
+        # the 8-bit reference for exact answers (unless --no-reference), the 4-bit for open ones
+        wanted = ([REFERENCE] if reference else []) + [REFERENCE_4BIT]
+        if not any(case.judge for case in suite.values()):
+            wanted.remove(REFERENCE_4BIT)
+        self.references = _references(model, self.cache, wanted) if wanted else {}
+        self.judge = _judge(run)
         default = resolve_preset("default", model)
         self.strategies = {s.mode: s for s in candidate_strategies(default, only)}
         self.modes = {**self.strategies, BASELINE: BASELINE_STRATEGY}
-        self.modes[REFERENCE] = Strategy(REFERENCE, None)
-        self.stock = (BASELINE, REFERENCE)  # the modes that run stock's weights (or the floor's)
+        self.modes |= {mode: Strategy(mode, None) for mode in self.references}
         self.adapter = adapter_for(run.model)
         self.order = self.ranked(suite)
 
-    def share(self, mode: str, tokens: int) -> float:
-        if mode in self.stock:
+    def share(self, mode: str, tokens: int, fewest: bool = False) -> float:
+        """The mode's share of stock's work on a prompt (a mass rule's most, or `fewest`)."""
+        if mode not in self.strategies:
             return 1.0
-        layers = len(self.adapter.layers)
-        return self.strategies[mode].config.work_share(tokens, layers, self.adapter.ranking_layers)
+        layers, ranking = len(self.adapter.layers), self.adapter.ranking_layers
+        return self.strategies[mode].config.work_share(tokens, layers, ranking, fewest)
 
     def ranked(self, cases) -> tuple[str, ...]:
-        """The candidates, least work on these cases first."""
+        """The candidates, least work on these cases first (a mass rule by the least it keeps)."""
         from lazymlx.evals.search import by_work
 
-        shares = {m: lambda n, m=m: self.share(m, n) for m in self.strategies}
+        shares = {m: lambda n, m=m: self.share(m, n, fewest=True) for m in self.strategies}
         return by_work(shares, [c[1] for c in cases])
 
     def run_s(self, step) -> float:
@@ -630,26 +658,31 @@ class _Search:
         case = self.suite[family, length, seed]
         return self.speed.run_s(length, case.max_tokens, self.share(mode, length))
 
+    def references_on(self, case) -> list[str]:
+        """The references a case runs: the 8-bit one where its answer is exact, the 4-bit one
+        where it is open."""
+        from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
+
+        mode = REFERENCE_4BIT if self.suite[case].judge else REFERENCE
+        return [mode] if mode in self.references else []
+
     def known(self, step):
-        """Stock's or the reference's cached answer to a step (not counted as a hit)."""
+        """Stock's or a reference's cached answer to a step (not counted as a hit)."""
+        from lazymlx.evals.measure import BASELINE
+
         case, mode = step
-        baseline, reference = self.stock
-        store = None
-        if mode == baseline:
-            store = self.cache
-        elif self.floor and mode == reference:
-            store = self.floor[1]
+        store = self.cache if mode == BASELINE else self.references.get(mode, (None, None))[1]
         return None if store is None else store.entries.get(store.key(self.suite[case]))
 
     def counts(self, case) -> bool:
         """Whether a case counts: not one stock answered wrong (unless open-ended)."""
-        stock = self.known((case, self.stock[0]))
-        if stock is None:
-            return True
-        text = stock["outcome"]["text"]
+        from lazymlx.evals.measure import BASELINE
+
+        stock = self.known((case, BASELINE))
         return (
-            self.suite[case].correct(text, text)
-            or self.suite[case].similarity(text, text) is not None
+            stock is None
+            or self.suite[case].judge is not None
+            or bool(self.suite[case].correct(stock["outcome"]["text"]))
         )
 
     def case_s(self, case) -> float:
@@ -657,7 +690,7 @@ class _Search:
         from lazymlx.evals.search import planned_runs
 
         known = lambda step: self.known(step) is not None  # noqa: E731
-        runs = planned_runs(case, self.order, self.reference, known, self.counts)
+        runs = planned_runs(case, self.order, self.references_on(case), known, self.counts)
         return sum(map(self.run_s, runs))
 
     def runner(self, tick, keep):
@@ -669,8 +702,9 @@ class _Search:
             tick(f"{family} {length} #{seed} {mode}")
             case = self.suite[step[0]]
             record = run_mode(
-                self.run.model, self.run.tokenizer, case, self.modes[mode], self.cache, self.floor
-            )
+                self.run.model, self.run.tokenizer, case, self.modes[mode], self.cache,
+                self.references, self.judge,
+            )  # fmt: skip
             keep(record)
             return record
 
@@ -722,6 +756,10 @@ def _announce(advance):
     return lambda case, mode: advance(f"{case.family} {case.length} #{case.seed} {mode}")
 
 
+def _interval(value) -> str:
+    return "—" if value is None else f"[{value[0]:+.3f}, {value[1]:+.3f}]"
+
+
 def _share(value: float | None) -> str:
     return "—" if value is None else f"{value:.0%}"
 
@@ -737,8 +775,11 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("worst_family", "worst family", str),
     ("worst_family_share", "its share", _share),
     ("worst_family_bar", "its bar", _share),
-    ("worst_open_family", "worst open group", str),
-    ("worst_open_gap", "its score vs the floor's", lambda v: "—" if v is None else f"{v:+.2f}"),
+    ("worst_open", "worst open group", str),
+    ("worst_open_value", "its mean", lambda v: "—" if v is None else f"{v:.3f}"),
+    ("worst_open_bar", "its bar (stock, 4-bit)", lambda v: "—" if v is None else f"{v:.3f}"),
+    ("worst_open_interval", "vs 4-bit [90% CI]", _interval),
+    ("new_loops", "new loops", str),
     ("meets_default", "default's bar", yes_no),
     ("meets_fast", "fast's bar", yes_no),
 ]

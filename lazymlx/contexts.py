@@ -70,6 +70,10 @@ class Context:
     def lazy(self) -> bool:
         return isinstance(self.cache, LazyState)
 
+    def asked(self) -> list[int]:
+        """The latest request's prompt: every token before what it generated."""
+        return self.tokens[: self.prompt]
+
     @property
     def complete(self) -> bool:
         """Whether completing it (lazymlx/engine/complete.py) has nothing left to do."""

@@ -16,7 +16,7 @@ from lazymlx.cli.app import app
 from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.evals.calibrate import Bar, candidate_config, choose
 from lazymlx.evals.measure import BASELINE
-from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.runner import Record
 from lazymlx.evals.search import (
     Plan,
@@ -35,18 +35,23 @@ SHARES = {"hard": 0.4, "middle": 0.5, "soft": 0.7}
 OPEN_FAMILY = "summary"
 
 
-def _record(case, mode: str, correct: bool, baseline_correct: bool = True, score=None) -> Record:
+# stock's judgment (mean NLL) of open answers: stock's own, the 4-bit reference's by default
+STOCK_NLL, FOUR_BIT_NLL = 0.1, 0.2
+
+
+def _record(case, mode: str, correct: bool, baseline_correct: bool = True, nll=None) -> Record:
     family, length, seed = case
     share = SHARES.get(mode, 1.0)
     return Record(
         family, "calibration", length, seed, "raw", "filler", 0.5, mode, length, correct,
-        baseline_correct, 3, correct, 1.0, 2.0, share, share, 10.0, 1.0, "", [1, 2, 3],
-        score=score,
+        baseline_correct, 3, bool(correct), 1.0, 2.0, share, share, 10.0, 1.0, "", [1, 2, 3],
+        score=None if nll is None else 1.0, nll=nll,
     )  # fmt: skip
 
 
 class Oracle:
-    """Every run's outcome, fixed ahead: what a deterministic greedy model would answer."""
+    """Every run's outcome, fixed ahead: what a deterministic greedy model would answer; an
+    open case's outcome is stock's judgment of the answer (its NLL)."""
 
     def __init__(self, outcomes: dict[tuple, tuple[bool, float | None]], stock_right: dict):
         self.outcomes, self.stock_right, self.runs = outcomes, stock_right, []
@@ -55,16 +60,22 @@ class Oracle:
         self.runs.append(step)
         case, mode = step
         right = self.stock_right.get(case, True)
+        opened = case[0] == OPEN_FAMILY
         if mode == BASELINE:
-            score = 1.0 if case[0] == OPEN_FAMILY else None
-            return _record(case, mode, right, right, score)
-        correct, score = self.outcomes.get(step, (True, 1.0 if case[0] == OPEN_FAMILY else None))
-        return _record(case, mode, correct, right, score)
+            return _record(case, mode, right, right, STOCK_NLL if opened else None)
+        usual = FOUR_BIT_NLL if mode == REFERENCE_4BIT else STOCK_NLL
+        correct, nll = self.outcomes.get(step, (True, usual if opened else None))
+        return _record(case, mode, correct, right, nll)
 
     def grid(self, plan: Plan) -> list[Record]:
-        """What calibrating without the search ran: every mode on every case."""
-        modes = [BASELINE, *([REFERENCE] if plan.referenced else []), *plan.candidates]
-        return [self((case, mode)) for case in plan.cases for mode in modes]
+        """What calibrating without the search ran: every mode on every case (a reference on
+        the cases it runs on)."""
+        runs = [(case, BASELINE) for case in plan.cases]
+        runs += [
+            (c, mode) for mode, cases in plan.references().items() for c in plan.cases if c in cases
+        ]
+        runs += [(case, mode) for case in plan.cases for mode in plan.candidates]
+        return [self(step) for step in runs]
 
 
 def _cases(families=("passkey", "json"), lengths=(1024, 2048), seeds=3):
@@ -73,7 +84,9 @@ def _cases(families=("passkey", "json"), lengths=(1024, 2048), seeds=3):
 
 def _plan(cases, reference=True, bar: Bar | None = None) -> Plan:
     bar = bar or Bar()
-    return Plan(cases, tuple(SHARES), frozenset(cases) if reference else frozenset(), bar)
+    exact = frozenset(c for c in cases if c[0] != OPEN_FAMILY)
+    opened = frozenset(cases) - exact
+    return Plan(cases, tuple(SHARES), exact if reference else frozenset(), bar, opened)
 
 
 def test_the_cheapest_candidate_meeting_the_bar_ends_the_search():
@@ -126,14 +139,17 @@ def test_cases_stock_gets_wrong_are_not_run_by_candidates():
     assert (wrong, "hard") not in oracle.runs and choose(records).chosen == "hard"
 
 
-def test_the_open_ended_margin_is_judged_against_the_reference():
+def test_open_answers_are_judged_against_the_4bit_reference():
     cases = _cases(families=(OPEN_FAMILY,), lengths=(512,), seeds=4)
-    low = {(case, "hard"): (True, 0.7) for case in cases}  # 0.3 below the floor's 1.0
-    oracle = Oracle(low, {})
+    garbled = {(case, "hard"): (None, 0.5) for case in cases}  # stock finds them unlikely
+    oracle = Oracle(garbled, {})
     plan = _plan(cases)
     records = run_search(plan, oracle)
-    assert (choose(records).chosen, choose(records).fast) == ("middle", "hard")
-    assert "summary (open-ended)" in standing(plan, records)["hard"]
+    assert [mode for _, mode in oracle.runs[4:8]] == [REFERENCE_4BIT] * 4  # not the 8-bit
+    assert choose(records).chosen == "middle"
+    assert "summary (judge), open-ended" in standing(plan, records)["hard"]
+    # dropped once its mean can no longer come under the 4-bit reference's: after two of four
+    assert len([c for c, mode in oracle.runs if mode == "hard"]) == 2
 
 
 def test_the_search_stops_where_the_budget_says():
@@ -153,8 +169,9 @@ def test_the_search_chooses_what_running_everything_chooses(seed: int):
     outcomes = {}
     for case in cases:
         for mode, p in ((REFERENCE, 0.97), ("hard", 0.9), ("middle", 0.95), ("soft", 0.98)):
-            score = rng.choice((1.0, 1.0, 0.9, 0.6)) if case[0] == OPEN_FAMILY else None
-            outcomes[case, mode] = (rng.random() < p, score)
+            nll = rng.choice((0.1, 0.1, 0.15, 0.4)) if case[0] == OPEN_FAMILY else None
+            outcomes[case, mode] = (rng.random() < p, nll)
+        outcomes[case, REFERENCE_4BIT] = (True, rng.choice((0.1, 0.2, 0.3)))
     stock_right = {case: rng.random() < 0.9 for case in cases}
     bar = Bar(fast_overall=rng.choice((0.9, 0.95)))
     for reference in (True, False):
@@ -196,14 +213,15 @@ def test_the_gate_rises_past_every_length_a_candidate_loses():
 
 
 def test_open_answers_are_judged_at_every_length_not_only_pooled():
-    """Summaries 0.3 below the floor at 512 and stock's at 1k and 2k: 0.075 below pooled over
-    the family, inside the margin, but the 512 group fails it, so a gate decides."""
+    """Summaries stock finds less likely than the 4-bit reference's at 512 and stock's own at
+    1k and 2k: within the bar pooled over the family, but the 512 group fails it, so a gate
+    decides."""
     cases = _cases(families=(OPEN_FAMILY,), lengths=(512, 1024, 2048), seeds=2)
-    low = {(c, mode): (True, 0.7) for c in cases if c[1] == 512 for mode in SHARES}
+    low = {(c, mode): (None, 0.35) for c in cases if c[1] == 512 for mode in SHARES}
     plan = _plan(cases)
     records = run_search(plan, Oracle(low, {}))
     frontier = {row["mode"]: row for row in choose(records).frontier}
-    assert frontier["hard"]["worst_open_family"] == "512 tokens"
+    assert frontier["hard"]["worst_open"] == "512 tokens (judge)"
     assert choose(records).chosen == "hard from1024"
 
 
@@ -224,8 +242,9 @@ def test_the_search_behind_gates_chooses_what_running_everything_chooses(seed: i
         short = case[1] == 512
         for mode, p in ((REFERENCE, 0.99), ("hard", 0.9), ("middle", 0.95), ("soft", 0.98)):
             p = p - 0.3 if short and mode != REFERENCE else p
-            score = rng.choice((1.0, 1.0, 0.9, 0.5 if short else 1.0))
-            outcomes[case, mode] = (rng.random() < p, score if case[0] == OPEN_FAMILY else None)
+            nll = rng.choice((0.1, 0.1, 0.15, 0.5 if short else 0.1))
+            outcomes[case, mode] = (rng.random() < p, nll if case[0] == OPEN_FAMILY else None)
+        outcomes[case, REFERENCE_4BIT] = (True, rng.choice((0.1, 0.2, 0.3)))
     stock_right = {case: rng.random() < 0.95 for case in cases}
     for reference in (True, False):
         plan = _plan(cases, reference)
@@ -254,17 +273,16 @@ def test_the_budget_keeps_the_cases_that_fit():
 def test_a_budget_is_not_spent_on_runs_the_cache_already_holds():
     case, other = ("passkey", 1024, 0), ("passkey", 2048, 0)
     cands = tuple(SHARES) + ("extra",)
-    nothing = planned_runs(case, cands, True, lambda step: False, lambda c: True)
+    ref = [REFERENCE]
+    nothing = planned_runs(case, cands, ref, lambda step: False, lambda c: True)
     assert [mode for _, mode in nothing] == [BASELINE, REFERENCE, "hard", "middle", "soft"]
-    both = planned_runs(case, cands, True, lambda step: step[0] == case, lambda c: True)
+    both = planned_runs(case, cands, ref, lambda step: step[0] == case, lambda c: True)
     assert [mode for _, mode in both] == ["hard", "middle", "soft"]  # a registry model's
-    stock = planned_runs(other, cands, True, lambda step: step[1] == BASELINE, lambda c: True)
+    stock = planned_runs(other, cands, ref, lambda step: step[1] == BASELINE, lambda c: True)
     assert [mode for _, mode in stock] == [REFERENCE, "hard", "middle", "soft"]
     # stock's cached answer is wrong: candidates never run the case, so it costs nothing
-    assert planned_runs(case, cands, True, lambda step: True, lambda c: False) == []
-    assert planned_runs(case, cands, False, lambda step: False, lambda c: False) == [
-        (case, BASELINE)
-    ]
+    assert planned_runs(case, cands, ref, lambda step: True, lambda c: False) == []
+    assert planned_runs(case, cands, [], lambda step: False, lambda c: False) == [(case, BASELINE)]
 
 
 def test_calibrate_with_minutes_sizes_the_cases_to_what_the_cache_leaves_to_run(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -107,11 +107,13 @@ class BaselineCache:
         return self.key(case) in self.ran_here
 
     def put(self, case: Case, outcome: Outcome) -> None:
+        """Store an outcome; its prompt's tokens only for an open case (the judge reads them)."""
         import mlx_lm
 
+        kept = outcome if case.judge is not None else replace(outcome, context=None)
         entry = {
             "case": f"{case.family} {case.split} {case.length} #{case.seed}",
-            "outcome": asdict(outcome),
+            "outcome": asdict(kept),
             "mlx": mx.__version__,
             "mlx_lm": mlx_lm.__version__,
             "date": date.today().isoformat(),

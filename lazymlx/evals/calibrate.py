@@ -1,22 +1,26 @@
 """Choosing a default on calibration cases: the fastest candidate that keeps the baseline's answers.
 
 Candidates run on the calibration split (seeds and documents the validation split never uses)
-next to the cached baseline and the noise floor (lazymlx/evals/reference.py: stock with its weights
-round-tripped through 8 bits). The bar is relative: at every length a default keeps at least
-min(`per_length`, the reference's share) of the baseline's right answers, and in every family
-pooled over lengths at least min(`per_family`, the reference's share), on the same cases; a
-model that answers on near-ties is not asked to be steadier than stock itself. Without a
-reference in the records the bar is the plain one. Open-ended families (summaries, questions,
-second turns, code completion) are also judged by their mean similarity to stock's answers,
-within OPEN_MARGIN of the reference's on the same cases, in every open family and at every
-length. Where no candidate meets the bar, each is tried behind a gate (`min_prompt`): the
-shorter calibration lengths run whole, so they give stock's answers, and the candidate must
-meet the bar with the rest; the lowest gate any candidate meets wins. "Fastest" is ranked by the compute fraction
-the engine counts, which is exact and repeatable where wall time on a shared machine is not; the
-TTFT speedup is shown beside it. The fastest candidate keeping `fast_overall` of the answers
-overall is the `fast` trade; at equal prefill work a sparse-decode candidate ranks first, since
-it revives nothing while decoding. Decisions are pure over the records, so an earlier run can be
-re-decided without running anything.
+next to the cached baseline and two references (lazymlx/evals/reference.py: stock with its
+weights round-tripped through 8 bits, and through 4 bits). The bar, as the field judges:
+- exact answers: at every length a default keeps at least min(`per_length`, the 8-bit
+  reference's share) of the baseline's right answers, and in every family pooled over lengths
+  at least min(`per_family`, the 8-bit reference's share), on the same cases; a model that
+  answers on near-ties is not asked to be steadier than stock itself (without the reference,
+  the plain shares);
+- open answers (summaries, questions, second turns, code lines, docstrings): in every open
+  family and at every length, the mean similarity to the gold text where there is one, and
+  stock's mean judgment (NLL) of the answers, no worse than the 4-bit reference's on the same
+  cases (`OpenCheck`), what users already accept;
+- no answer that loops where stock's does not.
+Where no candidate meets the bar, each is tried behind a gate (`min_prompt`): the shorter
+calibration lengths run whole, so they give stock's answers, and the candidate must meet the
+bar with the rest; the lowest gate any candidate meets wins. "Fastest" is ranked by the
+compute fraction the engine counts, which is exact and repeatable where wall time on a shared
+machine is not; the TTFT speedup is shown beside it. The fastest candidate keeping
+`fast_overall` of the answers overall is the `fast` trade; at equal prefill work a
+sparse-decode candidate ranks first, since it revives nothing while decoding. Decisions are
+pure over the records, so an earlier run can be re-decided without running anything.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass, replace
 from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.measure import BASELINE, Strategy
-from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
 from lazymlx.evals.runner import NO_IDLE, Record
 from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, summarize
@@ -61,6 +65,8 @@ SPARSE = " sparse"
 CANDIDATES = ("default", *(name + policy for name in SCHEDULES for policy in ("", SPARSE)))
 _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
 _FLOOR = re.compile(r"min(?P<tokens>\d+)")  # min256: at least 256 tokens on past each prune
+_MASS = re.compile(r"mass(?P<share>\d*\.?\d+)")  # mass0.9: keep what holds 90% of the attention
+_LEAST = re.compile(r"least(?P<share>\d*\.?\d+)")  # least0.05: at least 5% on past each prune
 # "X from3840": candidate X with prompts under 3,840 tokens run whole (its min_prompt)
 _GATE = re.compile(r"(?P<candidate>.+) from(?P<tokens>\d+)")
 GATE_STEP = 256  # gates are whole multiples of this many tokens
@@ -89,7 +95,9 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
     least 256 tokens at each prune, none the default's floor; " sparse" then decodes without
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
-    whose answers survive harder pruning can be tried on it."""
+    whose answers survive harder pruning can be tried on it. A mass rule starts "mass0.9" (keep
+    the fewest tokens holding 90% of the attention, the ratios its ceilings) and may set its
+    least share after the steps ("mass0.9 1@24% 0.5@57% least0.05 min256")."""
     if name == "off":  # what a model ships where no candidate holds: every prompt whole
         return PRESETS["off"]
     gate = _GATE.fullmatch(name)
@@ -100,17 +108,25 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
         return default
     sparse = name.endswith(SPARSE)
     words = name.removesuffix(SPARSE).split()
+    mass = _MASS.fullmatch(words[0]) if words else None
+    words = words[1:] if mass else words
     floor = _FLOOR.fullmatch(words[-1]) if words else None
-    steps = [_STEP.fullmatch(step) for step in words[: -1 if floor else None]]
+    words = words[:-1] if floor else words
+    least = _LEAST.fullmatch(words[-1]) if mass and words else None
+    words = words[:-1] if least else words
+    steps = [_STEP.fullmatch(step) for step in words]
     if not steps or not all(steps):
         raise LazymlxError(
             f"no calibration candidate {name!r}; candidates are: {', '.join(CANDIDATES)}, or a "
-            "schedule written like them, e.g. '0.3@24% 0.2@57% min256 sparse from2048'"
+            "schedule written like them, e.g. '0.3@24% 0.2@57% min256 sparse from2048' or "
+            "'mass0.9 1@24% 0.5@57% least0.05 sparse'"
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
     return replace(
         pruning_base(default),
         schedule=pairs,
+        mass=float(mass["share"]) if mass else 0.0,
+        least=float(least["share"]) if least else 0.0,
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
     )
@@ -187,7 +203,9 @@ def default_checks(
         return min(plain, floor["kept_share"])
 
     mine = [r for r in rows if r["mode"] == mode]
-    pooled = [r for r in mine if r["family"] == ALL and r["length"] != ALL]
+    pooled = [
+        r for r in mine if r["family"] == ALL and r["length"] != ALL and r["kept_share"] is not None
+    ]
     families = [r for r in mine if r["family"] != ALL and r["length"] == ALL] or [
         r for r in mine if r["family"] != ALL
     ]
@@ -201,41 +219,75 @@ def default_checks(
     )
 
 
-# Open-ended answers (lazymlx/evals/families.py, OPEN): a default's mean similarity to stock's
-# answers, in every open family pooled over lengths and at every length pooled over the open
-# families, is at most this far below the noise floor's on the same cases (stock itself scores
-# 1 where no reference ran).
-OPEN_MARGIN = 0.10
+@dataclass(frozen=True)
+class OpenCheck:
+    """One open-ended group (a family pooled over lengths, or a length pooled over the open
+    families) on one measure: "gold" (similarity to the gold text, higher is better) or
+    "judge" (stock's mean NLL of the answers, lower is better). The bar is the worse of stock's
+    and the 4-bit reference's means on the same cases (the weights users run lose that much,
+    and a reference that beat stock by chance sets no bar above stock's own); where the 4-bit
+    reference did not run, stock's own. `interval`: the paired 90% bootstrap interval of the
+    mode's mean minus the 4-bit reference's."""
+
+    group: str
+    measure: str
+    mine: float
+    needed: float
+    interval: tuple[float, float] | None
+
+    @property
+    def margin(self) -> float:
+        """How far the group sits on the right side of its bar (negative: below it)."""
+        return self.mine - self.needed if self.measure == "gold" else self.needed - self.mine
+
+    @property
+    def name(self) -> str:
+        return f"{self.group} ({self.measure})"
 
 
-def open_gaps(
-    records: list[Record], mode: str, by_length: bool = False
-) -> dict[str | int, tuple[float, tuple[float, float]]]:
-    """Per open family (by_length: per length, the open families pooled): the mean of (mode's
-    score - the reference's) over the cases both ran, and its paired 95% bootstrap interval
-    (cases resampled within each length, or each family)."""
-    floor = {(r.family, r.length, r.seed): r.score for r in records if r.mode == REFERENCE}
-    strata: dict[str | int, dict[str | int, list[float]]] = {}
-    for r in records:
-        if r.mode != mode or r.score is None:
-            continue
-        reference = floor.get((r.family, r.length, r.seed), 1.0 if not floor else None)
-        if reference is not None:
-            group, stratum = (r.length, r.family) if by_length else (r.family, r.length)
-            strata.setdefault(group, {}).setdefault(stratum, []).append(r.score - reference)
-    gaps = {}
-    for group, within in strata.items():
-        values = [v for stratum in within.values() for v in stratum]
-        interval = bootstrap_interval(list(within.values()), resamples=2000)
-        gaps[group] = (sum(values) / len(values), interval)
-    return gaps
+OPEN_MEASURES = {"gold": "target_score", "judge": "nll"}
 
 
-def _open_groups(records: list[Record], mode: str) -> dict[str, tuple[float, tuple]]:
-    """Every open-ended group the margin judges, by name: each family, and each length."""
-    families = open_gaps(records, mode)
-    lengths = open_gaps(records, mode, by_length=True)
-    return {**families, **{f"{length} tokens": gap for length, gap in lengths.items()}}
+def open_checks(records: list[Record], mode: str, intervals: bool = True) -> list[OpenCheck]:
+    """The open-ended bar's groups for `mode`: each open family and each length, on each
+    measure its answers have, paired case by case with stock's and the 4-bit reference's."""
+    stock = {case_id(r): r for r in records if r.mode == BASELINE}
+    four = {case_id(r): r for r in records if r.mode == REFERENCE_4BIT}
+    mine = [r for r in records if r.mode == mode and r.score is not None]
+    checks = []
+    for measure, field in OPEN_MEASURES.items():
+        groups: dict[str, list[tuple[str, float, float, float | None]]] = {}
+        for r in mine:
+            base, ref = stock.get(case_id(r)), four.get(case_id(r))
+            values = [getattr(x, field) if x else None for x in (r, base, ref)]
+            if None in values[:2] or (four and values[2] is None):
+                continue  # not paired: a case stock (or the reference, where it ran) lacks
+            row = (r.family, *values)
+            groups.setdefault(r.family, []).append((f"{r.length}", *row[1:]))
+            groups.setdefault(f"{r.length} tokens", []).append((r.family, *row[1:]))
+        for group, rows in groups.items():
+            means = [sum(v[i] for v in rows) / len(rows) for i in (1, 2)]
+            ref_mean = sum(v[3] for v in rows) / len(rows) if four else None
+            worse = min if measure == "gold" else max
+            needed = means[1] if ref_mean is None else worse(means[1], ref_mean)
+            interval = None
+            if intervals and ref_mean is not None:
+                strata: dict[str, list[float]] = {}
+                for stratum, value, _, reference in rows:
+                    strata.setdefault(stratum, []).append(value - reference)
+                interval = bootstrap_interval(list(strata.values()), resamples=2000, level=0.9)
+            checks.append(OpenCheck(group, measure, means[0], needed, interval))
+    return checks
+
+
+def new_loops(records: list[Record], mode: str) -> int:
+    """The mode's open answers that loop where stock's answer to the same case does not."""
+    stock = {case_id(r): r.looped for r in records if r.mode == BASELINE}
+    return sum(
+        r.looped and not stock.get(case_id(r), False)
+        for r in records
+        if r.mode == mode and r.score is not None
+    )
 
 
 def margin(check: Check) -> float:
@@ -245,9 +297,9 @@ def margin(check: Check) -> float:
 
 
 def _is_candidate(mode: str) -> bool:
-    """Whether a mode is a candidate the bar applies to: not stock, not the reference, and a
+    """Whether a mode is a candidate the bar applies to: not stock, not a reference, and a
     multi-turn run after completion (not its no-idle twin)."""
-    return mode not in (BASELINE, REFERENCE) and not mode.endswith(NO_IDLE)
+    return mode not in (BASELINE, *REFERENCE_BITS) and not mode.endswith(NO_IDLE)
 
 
 def _frontier_row(
@@ -264,12 +316,13 @@ def _frontier_row(
     overall = next((r for r in pooled if r["length"] == ALL), pooled[0])
     lengths, families = default_checks(rows, mode, bar)
     worst_length, worst_family = (
-        min(lengths, key=margin),
+        min(lengths, key=margin, default=None),
         min(families, key=margin, default=None),
     )
-    gaps = _open_groups(records, mode) if mode != REFERENCE else {}
-    worst_open = min(gaps.items(), key=lambda item: item[1][0], default=None)
-    open_ok = all(gap >= -OPEN_MARGIN - 1e-9 for gap, _ in gaps.values())
+    opened = open_checks(records, mode) if mode != BASELINE else []
+    worst_open = min(opened, key=lambda check: check.margin, default=None)
+    loops = new_loops(records, mode)
+    open_ok = not loops and all(check.margin >= -1e-9 for check in opened)
     return {
         "mode": mode,
         "compute_fraction": overall["compute_fraction"],
@@ -277,15 +330,17 @@ def _frontier_row(
         "kept": overall["kept"],
         "baseline_right": overall["baseline_right"],
         "kept_share": overall["kept_share"],
-        "worst_length": worst_length[0],
-        "worst_length_share": worst_length[1]["kept_share"],
-        "worst_length_bar": worst_length[2],
+        "worst_length": worst_length[0] if worst_length else None,
+        "worst_length_share": worst_length[1]["kept_share"] if worst_length else None,
+        "worst_length_bar": worst_length[2] if worst_length else None,
         "worst_family": worst_family[0] if worst_family else None,
         "worst_family_share": worst_family[1]["kept_share"] if worst_family else None,
         "worst_family_bar": worst_family[2] if worst_family else None,
-        "worst_open_family": worst_open[0] if worst_open else None,
-        "worst_open_gap": worst_open[1][0] if worst_open else None,
-        "worst_open_interval": worst_open[1][1] if worst_open else None,
+        "worst_open": worst_open.name if worst_open else None,
+        "worst_open_value": worst_open.mine if worst_open else None,
+        "worst_open_bar": worst_open.needed if worst_open else None,
+        "worst_open_interval": worst_open.interval if worst_open else None,
+        "new_loops": loops,
         "cases": len(ran),
         "meets_default": covers and open_ok and all(margin(c) >= -1e-9 for c in lengths + families),
         "meets_fast": covers and (overall["kept_share"] or 0) >= bar.fast_overall - 1e-9,
@@ -334,7 +389,7 @@ def gated(records: Iterable[Record], mode: str, length: int, tokens: int) -> lis
 def _gated_rows(records: list[Record], bar: Bar, every_case: set[CaseId]) -> list[dict]:
     """The frontier rows of the candidates behind the lowest gate that any of them meets the
     default's bar behind (none if no gate helps)."""
-    fixed = [r for r in records if r.mode in (BASELINE, REFERENCE)]
+    fixed = [r for r in records if r.mode in (BASELINE, *REFERENCE_BITS)]
     modes = [m for m in dict.fromkeys(r.mode for r in records) if _is_candidate(m)]
     for length, tokens in sorted(gates(records).items()):
         rows = []

@@ -9,8 +9,11 @@ way a user's text does (lazymlx/evals/runner.py runs them):
 - kept-llm: the same through `LLM`'s prefix reuse (what the server does for a conversation);
 - chat: messages through the chat template (ChatSession), the last reply scored.
 A case is sized with the model's tokenizer to at most its length in tokens (replies included),
-its gold answer appearing exactly once. Free-form cases have no gold: their first 32 greedy
-tokens are compared with keep-all's.
+its gold answer appearing exactly once. Open-ended cases (a summary, a question about a
+document, a second turn, a line of code) are scored against a gold text where their source
+has one a person wrote (the file's own next line, the module's own docstring) and by the full
+model's judgment (lazymlx/evals/judge.py); their words against stock's are a diagnostic.
+Free-form cases have no gold: their first 32 greedy tokens are compared with keep-all's.
 
 Calibration and validation cases differ in seed (validation seeds start at VALIDATION_SEED) and,
 for prose, in the documents they are cut from (sources.split_of), so whatever chooses a knob on
@@ -28,8 +31,16 @@ from dataclasses import dataclass, field
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.scoring import OPEN_KEEP, edit_similarity, first_line, loops, rouge_l
-from lazymlx.evals.sources import PROSE_SOURCES, SPLITS, haystack
+from lazymlx.evals.scoring import edit_similarity, first_line, rouge_l
+from lazymlx.evals.sources import (
+    PROSE_SOURCES,
+    SPLITS,
+    documents,
+    haystack,
+    manual,
+    module_docstring,
+    split_of,
+)
 from lazymlx.prompts import FILLER, holds_answer
 
 VALIDATION_SEED = 1_000_000
@@ -39,10 +50,11 @@ FIRST_REPLY = 24  # the reply to a chat's first message, before the scored one
 FIRST_ANSWER = 10  # a follow-up case's first answer
 CHAT_OVERHEAD = 12  # template tokens around one more chat message
 KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")
-# Open-ended families: long enough to show a loop, judged against stock's own output ("text":
-# ROUGE-L; "line": the first line's edit similarity, LongBench's LCC).
+# Open-ended families: long enough to show a loop. How an answer is compared with a text (stock's,
+# as a diagnostic, or the gold one): "text" ROUGE-L; "line" the first line's edit similarity
+# (LongBench's LCC); "doc" ROUGE-L of what comes before a docstring's closing quotes.
 OPEN_TOKENS = 64
-JUDGES = ("text", "line")
+JUDGES = ("text", "line", "doc")
 
 CITIES = (
     "Lisbon", "Oslo", "Quito", "Hanoi", "Tunis", "Lima", "Accra", "Perth", "Dakar", "Riga",
@@ -126,24 +138,20 @@ class Case:
     depth: float  # where the asked fact sits, 0 = start of the haystack, 1 = end
     source: str  # the haystack's text source
     planted: tuple[str, ...] = ()  # the text inserted into the haystack, the asked fact first
-    judge: str | None = None  # open-ended: one of JUDGES, scored against stock's own output
-    target: str | None = None  # code completion: the file's own next line
+    judge: str | None = None  # open-ended: how answers are compared, one of JUDGES
+    target: str | None = None  # open-ended: the gold text (the file's next line, the docstring)
 
-    def correct(self, output: str, baseline: str | None = None) -> bool | None:
-        """Right: the gold answer whole; open-ended: stock's answer kept (`baseline` is stock's
-        output on the case: stock keeps its own); None for free-form cases."""
-        if self.gold is not None:
-            return holds_answer(output, self.gold)
-        if self.judge is None:
-            return None
-        stock = output if baseline is None else baseline
-        looped = loops(output) and not loops(stock)
-        return not looped and self.similarity(output, stock) >= OPEN_KEEP - 1e-9
+    def correct(self, output: str) -> bool | None:
+        """Right: the gold answer whole; None where there is no exact answer (open-ended and
+        free-form cases, scored by `similarity` and the judge instead)."""
+        return None if self.gold is None else holds_answer(output, self.gold)
 
     def similarity(self, output: str, other: str) -> float | None:
-        """How close an open-ended answer is to another (stock's, or the file's line)."""
+        """How close an open-ended answer is to another text (the gold, or stock's answer)."""
         if self.judge == "line":
             return edit_similarity(first_line(output), first_line(other))
+        if self.judge == "doc":
+            return rouge_l(output.split('"""')[0], other)
         return None if self.judge is None else rouge_l(output, other)
 
 
@@ -167,12 +175,24 @@ class _Draft:
     place: Callable[[list[str], float], int] | None = None  # where an insert goes (code: lines)
     judge: str | None = None
     next_line: bool = False  # code completion: the unit after the text is the target
+    reference: str | None = None  # an open answer's gold text, fixed (a module's docstring)
+    once: tuple[str, ...] = ()  # texts the haystack must hold exactly once (what a question names)
 
     def target(self, n: int) -> str | None:
-        """The first non-blank unit after the first n (the line a completion should write)."""
+        """The gold text of an open answer: the first non-blank unit after the first n (the line
+        a completion should write), or the fixed one."""
         if not self.next_line:
-            return None
+            return self.reference
         return next((u.strip() for u in self.units(n + 64)[n:] if u.strip()), "")
+
+    def clean(self, n: int) -> bool:
+        """Whether the case at n units names what it asks unambiguously: every planted number
+        only where it was planted, each `once` text exactly once in the haystack."""
+        text, planted = "".join(self.segments(n)), "".join(piece for _, piece in self.inserts)
+        units = self.joiner.join(self.units(n))
+        return all(text.count(v) == planted.count(v) for v in self.values) and all(
+            units.count(piece) == 1 for piece in self.once
+        )
 
     def segments(self, n: int) -> tuple[str, ...]:
         units = list(self.units(n))
@@ -600,6 +620,107 @@ def completion(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
+# --- gold answers a person wrote -----------------------------------------------------------
+
+# codecs generated from a mapping table: one docstring for dozens of files, not a summary
+GENERATED_MODULES = ("encodings/",)
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def option(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A real manual page (then others, to the length), asked which option does what one of its
+    options is documented to do: the option's long name is the gold, written by the page's
+    authors. Options whose name begins another's on the page are not asked (an answer naming
+    the longer one would hold the shorter)."""
+    pages = [d for d in documents("man") if split_of(d) == split]
+    rng.shuffle(pages)
+    for page in pages:
+        lines, options = manual(page)
+        names = [flag for flags, _ in options for flag in flags]
+        usable = [
+            (flags, said)
+            for flags, said in options
+            if (long := [f for f in flags if f.startswith("--")])
+            and 5 <= len(_words(said)) <= 24
+            and said[-1:].isalnum()
+            and not any(n != long[0] and n.startswith(long[0] + "-") for n in names)
+            and sum(said == other for _, other in options) == 1
+        ]
+        if len(options) >= 4 and usable:
+            break
+    else:
+        raise LazymlxError(f"no manual page with options for the {split} split on this machine")
+    flags, said = rng.choice(usable)
+    gold = next(f for f in flags if f.startswith("--"))
+    command = page.split("/")[-1].split(".")[0]
+    others = haystack("man", split, rng.randrange(2**32))
+    tags = [i for i, line in enumerate(lines) if gold in line and line.lstrip().startswith("-")]
+    at = tags[0] if tags else next(i for i, line in enumerate(lines) if said in line)
+
+    def units(n: int) -> list[str]:
+        """The page's lines around the asked option, then other pages' sentences."""
+        if n <= len(lines):
+            start = max(0, min(at - n // 2, len(lines) - n))
+            return list(lines[start : start + n])
+        return list(lines) + ["", *others(n - len(lines) - 1)]
+
+    return _Draft(
+        units=units,
+        inserts=[],
+        frame=_raw(
+            f"The manual page of {command} follows.\n\n",
+            f'\n\nQuestion: which option of {command} does this: "{said}"?\nAnswer: the option is',
+        ),
+        gold=gold,
+        max_tokens=12,
+        depth=at / max(len(lines) - 1, 1),
+        source="man",
+        joiner="\n",
+        once=(said,),
+    )
+
+
+def docstring(rng: random.Random, seed: int, split: str) -> _Draft:
+    """A standard-library module's source with its docstring taken out, then asked for the
+    docstring: the answer is scored against what the module's authors wrote (the first
+    paragraph, by ROUGE-L, as LongBench scores summaries) and by the full model's judgment."""
+    modules = [
+        d
+        for d in documents("code")
+        if split_of(d) == split
+        and not d.startswith(GENERATED_MODULES)
+        and len(_words(module_docstring(d)[0])) >= 8
+    ]
+    module = rng.choice(modules)
+    summary, lines = module_docstring(module)
+
+    def units(n: int) -> list[str]:
+        """The module's first n lines, cut back to the last blank line (so the text seldom ends
+        inside a string or a statement)."""
+        if n > len(lines):
+            raise TextRanOut(module)
+        cut = next((i for i in range(n, 0, -1) if not lines[i - 1].strip()), n)
+        return list(lines[:cut])
+
+    return _Draft(
+        units=units,
+        inserts=[],
+        frame=lambda text: (
+            f'{text}\n\n# The module\'s docstring, which belongs at its top:\n"""',
+        ),
+        gold=None,
+        max_tokens=OPEN_TOKENS,
+        depth=1.0,
+        source="code",
+        joiner="\n",
+        judge="doc",
+        reference=summary,
+    )
+
+
 FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "passkey": passkey,
     "lookalike": lookalike,
@@ -620,8 +741,12 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "question": question,
     "second-turn": second_turn,
     "completion": completion,
+    "option": option,
+    "docstring": docstring,
 }
-OPEN = ("summary", "question", "second-turn", "completion")
+OPEN = ("summary", "question", "second-turn", "completion", "docstring")
+# open families scored against a gold text a person wrote, beside the judge
+GOLD_OPEN = ("completion", "docstring")
 SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
 # through the chat template: none for a base model
 CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn")
@@ -677,7 +802,8 @@ def context_tokens(tokenizer: TokenizerWrapper, kind: str, segments: tuple[str, 
 def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, split: str) -> Case:
     """The case for (family, split, length, seed): the most haystack that fits in `length` tokens
     with its scored answer, every planted number appearing only where it was planted (real text
-    may hold one already: then the next draw, deterministically)."""
+    may hold one already, or a document be too short for the length: then the next draw,
+    deterministically)."""
     if family not in FAMILIES:
         raise LazymlxError(f"unknown task family {family!r}; choose from: {', '.join(FAMILIES)}")
     for attempt in range(20):
@@ -687,15 +813,16 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
         def tokens(n: int, draft: _Draft = draft) -> int:
             return context_tokens(tokenizer, draft.kind, draft.segments(n)) + draft.max_tokens
 
-        count = _fit(tokens, length)
+        try:
+            count = _fit(tokens, length)
+        except TextRanOut:  # a document too short for the length: the next draw
+            continue
         if count is None:
             raise LazymlxError(
                 f"{length} tokens is too short for the {family} family; use at least 512"
             )
         segments = draft.segments(count)
-        text = "".join(segments)
-        planted = "".join(piece for _, piece in draft.inserts)
-        if all(text.count(value) == planted.count(value) for value in draft.values):
+        if draft.clean(count):
             return Case(
                 family, split, length, seed, draft.kind, segments, draft.gold,
                 draft.max_tokens, draft.depth, draft.source,
@@ -737,13 +864,33 @@ def make_cases(
 
 
 def _fit(tokens: Callable[[int], int], length: int) -> int | None:
-    """The largest unit count n >= 1 with tokens(n) <= length (token counts grow with n)."""
-    if tokens(1) > length:
+    """The largest unit count n >= 1 with tokens(n) <= length (token counts grow with n). A text
+    that runs out first (TextRanOut past its last unit) must fill FILLED of the length."""
+
+    def fits(n: int) -> bool:
+        try:
+            return tokens(n) <= length
+        except TextRanOut:
+            return False
+
+    if not fits(1):
         return None
     low, high = 1, 2
-    while tokens(high) <= length:
+    while fits(high):
         low, high = high, high * 2
     while high - low > 1:  # tokens(low) fits, tokens(high) does not
         middle = (low + high) // 2
-        low, high = (middle, high) if tokens(middle) <= length else (low, middle)
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    try:
+        tokens(low + 1)
+    except TextRanOut:
+        if tokens(low) < FILLED * length:
+            raise
     return low
+
+
+FILLED = 0.8  # a document shorter than this share of a case's length is no case of that length
+
+
+class TextRanOut(Exception):
+    """A family's one document has fewer units than asked for."""

@@ -51,6 +51,7 @@ class Outcome:
     peak_memory_gb: float = 0.0
     first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
     completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
+    context: list[int] | None = None  # the scored step's prompt: every token before its answer
 
 
 @dataclass

@@ -1,12 +1,14 @@
-"""The noise floor: stock mlx-lm on the same model with its weights round-tripped through 8 bits.
+"""The references: stock mlx-lm on the same model with its weights round-tripped through 8 or 4 bits.
 
 A small model answers many cases on near-ties, and any harmless change flips some of them. The
-reference is one such change nobody would call a regression: every 2-D weight quantized with
-MLX's affine 8-bit quantization (groups of 64) and dequantized back to fp32, then run as stock
-on the same cases. What it keeps of stock's right answers is the floor a pruning preset is
-judged against: a loss below it is noise, above it a real loss (lazymlx/evals/calibrate.py). Its
-answers are cached like the baseline's: its weights have their own fingerprint, so its entries
-sit beside stock's in the same file, one more per case.
+8-bit reference is one such change nobody would call a regression; the 4-bit reference is what
+most MLX users run (mlx-lm's default quantization, and the bulk of mlx-community's downloads).
+Each is every 2-D weight quantized with MLX's affine quantization (groups of 64) and dequantized
+back to the model's dtype, then run as stock on the same cases. What the 8-bit one keeps of
+stock's right answers is the bar for exact answers; the 4-bit one's open answers (against their
+gold, and by the full model's judgment) are the bar for open ones (lazymlx/evals/calibrate.py).
+Their answers are cached like the baseline's: their weights have their own fingerprints, so
+their entries sit beside stock's in the same file.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-REFERENCE = "reference"  # its mode in eval records
-GROUP_SIZE, BITS = 64, 8
+REFERENCE = "reference"  # the 8-bit reference's mode in eval records
+REFERENCE_4BIT = "reference-4bit"
+REFERENCE_BITS = {REFERENCE: 8, REFERENCE_4BIT: 4}
+GROUP_SIZE = 64
 
 
-def round_trip(model: nn.Module) -> nn.Module:
-    """The model with every 2-D weight (embeddings and projections) quantized to 8 bits and
+def round_trip(model: nn.Module, bits: int = 8) -> nn.Module:
+    """The model with every 2-D weight (embeddings and projections) quantized to `bits` bits and
     dequantized back, in place; a weight whose width does not split into groups of 64 uses 32.
     A model kept quantized (a GPU backend) is dequantized first: its packed weights and scales
     are not weights to round-trip."""
@@ -33,8 +37,8 @@ def round_trip(model: nn.Module) -> nn.Module:
         if weight.ndim != 2 or not mx.issubdtype(weight.dtype, mx.floating):
             continue
         group = GROUP_SIZE if weight.shape[-1] % GROUP_SIZE == 0 else 32
-        quantized = mx.quantize(weight.astype(mx.float32), group, BITS)
-        changed.append((name, mx.dequantize(*quantized, group, BITS).astype(weight.dtype)))
+        quantized = mx.quantize(weight.astype(mx.float32), group, bits)
+        changed.append((name, mx.dequantize(*quantized, group, bits).astype(weight.dtype)))
     model.update(tree_unflatten(changed))
     mx.eval(model.parameters())
     return model

@@ -32,8 +32,9 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
+from lazymlx.evals.judge import Judge
 from lazymlx.evals.measure import BASELINE, Outcome, Strategy
-from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.scoring import loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
 from lazymlx.turn import run_turn
@@ -51,7 +52,10 @@ def completes(lazy: LazyConfig | None) -> bool:
 
 
 def _collect(
-    responses: Iterable[Response], first_ttft_s: float = 0.0, completion_s: float = 0.0
+    responses: Iterable[Response],
+    first_ttft_s: float = 0.0,
+    completion_s: float = 0.0,
+    context: Callable[[], list[int]] | None = None,
 ) -> Outcome:
     tokens, pieces, last = [], [], None
     for last in responses:
@@ -69,6 +73,7 @@ def _collect(
         peak_memory_gb=last.peak_memory,
         first_ttft_s=first_ttft_s,
         completion_s=completion_s,
+        context=None if context is None else context(),
     )
 
 
@@ -86,7 +91,8 @@ def run_case(
     time between turns would, timed apart; one with complete="off" goes straight on."""
     if case.kind == "raw":
         first = encode_prompt(tokenizer, case.segments[0]).tolist()
-        return _collect(stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy))
+        responses = stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy)
+        return _collect(responses, context=lambda: first)
     if case.kind == "chat":
         return _run_chat(model, tokenizer, case, lazy)
     if case.kind == "kept-llm":
@@ -112,7 +118,8 @@ def _run_chat(
         for response in send_turn(session, case, turn):
             first_ttft = first_ttft or response.ttft_s
     spent = _timed(session.complete) if completes(lazy) else 0.0
-    return _collect(send_turn(session, case, last), first_ttft, spent)
+    asked = lambda: session.context.asked()  # noqa: E731 (the context a turn may replace)
+    return _collect(send_turn(session, case, last), first_ttft, spent, asked)
 
 
 def _run_kept_llm(
@@ -129,7 +136,7 @@ def _run_kept_llm(
         document.result()
         spent = _timed(llm.complete) if completes(lazy) else 0.0
         stream = llm.submit(first + then, max_tokens=case.max_tokens)
-        return _collect(stream, document.last.ttft_s, spent)
+        return _collect(stream, document.last.ttft_s, spent, lambda: first + then)
     finally:
         llm.close()
 
@@ -152,7 +159,7 @@ def _run_followup(
     turn = run_turn(
         model, tokenizer, context, context.tokens + then, max_tokens=case.max_tokens, lazy=lazy
     )
-    return _collect(turn, first_ttft, spent)
+    return _collect(turn, first_ttft, spent, context.asked)
 
 
 def _saved_and_loaded(
@@ -187,7 +194,7 @@ class Record:
     depth: float
     mode: str
     prompt_tokens: int
-    correct: bool | None  # None: free-form (no gold)
+    correct: bool | None  # None: no exact answer (open-ended or free-form)
     baseline_correct: bool | None
     agreed_tokens: int  # how many first tokens equal the baseline's
     identical: bool  # every generated token equals the baseline's
@@ -201,9 +208,16 @@ class Record:
     tokens: list[int] = field(default_factory=list)
     first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
     completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
-    score: float | None = None  # open-ended: similarity to stock's answer (families.Case.judge)
-    target_score: float | None = None  # code completion: similarity to the file's own line
+    score: float | None = None  # open-ended: similarity to stock's answer, a diagnostic
+    target_score: float | None = None  # open-ended: similarity to the gold text (Case.target)
     looped: bool = False  # the answer repeats a run of words back to back (scoring.loops)
+    nll: float | None = None  # open-ended: stock's mean per-token NLL of the answer (judge.py)
+
+    def __post_init__(self) -> None:
+        # an open answer has no exact one: records written before open answers were judged by
+        # score and judge counted words against stock's as right or wrong
+        if self.score is not None:
+            self.correct = self.baseline_correct = None
 
     @property
     def kept(self) -> bool | None:
@@ -211,7 +225,17 @@ class Record:
         return self.correct if self.baseline_correct else None
 
 
-def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: bool) -> Record:
+def _record(
+    case: Case,
+    mode: str,
+    outcome: Outcome,
+    baseline: Outcome,
+    fresh: bool,
+    judge: Judge | None = None,
+) -> Record:
+    """The record of `outcome` beside stock's (`baseline`); an open answer judged by stock on
+    stock's prompt where a judge is given."""
+    judged = judge is not None and case.judge is not None and baseline.context is not None
     return Record(
         family=case.family,
         split=case.split,
@@ -222,8 +246,8 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         depth=case.depth,
         mode=mode,
         prompt_tokens=outcome.prompt_tokens,
-        correct=case.correct(outcome.text, baseline.text),
-        baseline_correct=case.correct(baseline.text, baseline.text),
+        correct=case.correct(outcome.text),
+        baseline_correct=case.correct(baseline.text),
         agreed_tokens=common_prefix_len(outcome.tokens, baseline.tokens),
         identical=outcome.tokens == baseline.tokens,
         ttft_s=outcome.ttft_s,
@@ -239,6 +263,7 @@ def _record(case: Case, mode: str, outcome: Outcome, baseline: Outcome, fresh: b
         score=case.similarity(outcome.text, baseline.text),
         target_score=None if case.target is None else case.similarity(outcome.text, case.target),
         looped=loops(outcome.text),
+        nll=judge.nll(baseline.context, outcome.tokens) if judged else None,
     )
 
 
@@ -250,6 +275,9 @@ def case_key(case: Case | Record, mode: str) -> RecordKey:
     return (case.family, case.split, case.length, case.seed, mode)
 
 
+References = dict[str, tuple[nn.Module, BaselineCache]]  # mode → its model and answers' cache
+
+
 def evaluate(
     model: nn.Module,
     tokenizer: TokenizerWrapper,
@@ -259,7 +287,8 @@ def evaluate(
     on_run: Callable[[Case, str], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
     recorded: Mapping[RecordKey, Record] | None = None,
-    reference: tuple[nn.Module, BaselineCache] | None = None,
+    references: References | None = None,
+    judge: Judge | None = None,
 ) -> list[Record]:
     """The baseline (from the cache, or run and cached) and each strategy on every case.
 
@@ -267,14 +296,15 @@ def evaluate(
     maybe another machine) its TTFT is not used (baseline_ttft_s None); one this run ran
     (`right_cases` runs them first) is. Records already in
     `recorded` (an interrupted run's journal) are returned as they are, not run or reported again.
-    reference: the noise floor's model and its cache (lazymlx/evals/reference.py), run as stock
-    on every case beside the baseline (mode REFERENCE).
+    references: the 8-bit and 4-bit references' models and caches (lazymlx/evals/reference.py),
+    each run as stock on every case beside the baseline (under its mode); judge: stock's
+    judgment of every open answer (lazymlx/evals/judge.py).
     """
-    recorded = recorded or {}
+    recorded, references = recorded or {}, references or {}
     records = []
     for case in cases:
         runs = case_strategies(case, strategies)
-        modes = [BASELINE, *([REFERENCE] if reference else []), *(s.mode for s in runs)]
+        modes = [BASELINE, *references, *(s.mode for s in runs)]
         records += [r for mode in modes if (r := recorded.get(case_key(case, mode))) is not None]
         if all(case_key(case, mode) in recorded for mode in modes):
             continue
@@ -282,18 +312,16 @@ def evaluate(
         baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, on_run)
         mine = []
         if case_key(case, BASELINE) not in recorded:
-            mine.append(_record(case, BASELINE, baseline, baseline, fresh))
-        if reference and case_key(case, REFERENCE) not in recorded:
-            floor_model, floor_cache = reference
-            floor, _ = baseline_outcome(
-                floor_model, tokenizer, case, floor_cache, on_run, REFERENCE
-            )
-            mine.append(_record(case, REFERENCE, floor, baseline, fresh))
+            mine.append(_record(case, BASELINE, baseline, baseline, fresh, judge))
+        for mode, (other, cache) in references.items():
+            if case_key(case, mode) not in recorded:
+                theirs, _ = baseline_outcome(other, tokenizer, case, cache, on_run, mode)
+                mine.append(_record(case, mode, theirs, baseline, fresh, judge))
         for strategy in todo:
             if on_run:
                 on_run(case, strategy.mode)
             outcome = run_case(model, tokenizer, case, strategy.config)
-            mine.append(_record(case, strategy.mode, outcome, baseline, fresh))
+            mine.append(_record(case, strategy.mode, outcome, baseline, fresh, judge))
         for record in mine:
             if on_record:
                 on_record(record)
@@ -307,22 +335,25 @@ def run_mode(
     case: Case,
     strategy: Strategy,
     baselines: BaselineCache,
-    reference: tuple[nn.Module, BaselineCache] | None = None,
+    references: References | None = None,
+    judge: Judge | None = None,
 ) -> Record:
     """One case under one mode, as calibration's search asks for them one at a time: stock
-    (the baseline, cached), the reference (cached in its own entries) or a candidate beside
+    (the baseline, cached), a reference (cached in its own entries) or a candidate beside
     stock's outcome, which is run first if the cache lacks it."""
     baseline, fresh = baseline_outcome(model, tokenizer, case, baselines, None)
     if strategy.mode == BASELINE:
-        return _record(case, BASELINE, baseline, baseline, fresh)
-    if strategy.mode == REFERENCE:
-        if reference is None:
-            raise LazymlxError("the reference runs only with its model (reference.round_trip)")
-        floor_model, floor_cache = reference
-        floor, _ = baseline_outcome(floor_model, tokenizer, case, floor_cache, None, REFERENCE)
-        return _record(case, REFERENCE, floor, baseline, fresh)
+        return _record(case, BASELINE, baseline, baseline, fresh, judge)
+    if strategy.mode in REFERENCE_BITS:
+        if strategy.mode not in (references or {}):
+            raise LazymlxError(
+                f"the {strategy.mode} runs only with its model (reference.round_trip)"
+            )
+        other, cache = references[strategy.mode]
+        theirs, _ = baseline_outcome(other, tokenizer, case, cache, None, strategy.mode)
+        return _record(case, strategy.mode, theirs, baseline, fresh, judge)
     outcome = run_case(model, tokenizer, case, strategy.config)
-    return _record(case, strategy.mode, outcome, baseline, fresh)
+    return _record(case, strategy.mode, outcome, baseline, fresh, judge)
 
 
 def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
@@ -347,13 +378,14 @@ def right_cases(
     baselines: BaselineCache,
     on_run: Callable[[Case, str], None] | None = None,
 ) -> list[Case]:
-    """The cases the baseline answers right: the only ones a preset can keep, so a preset costs
-    only those (free-form cases, with no gold, are left out). A baseline not cached runs first
+    """The cases a preset can lose: those the baseline answers right, and the open-ended ones
+    (judged, not right or wrong); free-form cases are left out. A baseline not cached runs first
     and is cached."""
     return [
         case
         for case in cases
-        if case.correct(baseline_outcome(model, tokenizer, case, baselines, on_run)[0].text)
+        if case.judge is not None
+        or case.correct(baseline_outcome(model, tokenizer, case, baselines, on_run)[0].text)
     ]
 
 
@@ -365,9 +397,12 @@ def baseline_outcome(
     on_run: Callable[[Case, str], None] | None,
     mode: str = BASELINE,
 ) -> tuple[Outcome, bool]:
-    """The case's baseline outcome (stock on this model: the baseline, or on the reference's
-    weights) and whether this run ran it: from the cache, else run and cached."""
-    if (outcome := baselines.get(case)) is not None:
+    """The case's baseline outcome (stock on this model: the baseline, or on a reference's
+    weights) and whether this run ran it: from the cache, else run and cached. Stock's answer
+    to an open case is run again where the cache lacks its prompt, which the judge reads."""
+    outcome = baselines.get(case)
+    stale = mode == BASELINE and case.judge is not None and outcome and outcome.context is None
+    if outcome is not None and not stale:
         return outcome, baselines.timed_here(case)
     if on_run:
         on_run(case, mode)

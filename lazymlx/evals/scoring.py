@@ -36,11 +36,13 @@ def bootstrap_interval(
     minus: list[list[float]] | None = None,
     resamples: int = 10_000,
     seed: int = 0,
+    level: float = 0.95,
 ) -> tuple[float, float]:
-    """A 95% percentile-bootstrap interval of the pooled mean of `strata`, or of that mean minus
-    `minus`'s pooled mean. Each stratum (a family at a length) is resampled within itself, so the
-    mix of families stays the one that ran. Free-form agreement is bimodal (a continuation
-    follows keep-all's to the end or parts early), which a normal interval misdescribes."""
+    """A percentile-bootstrap interval (95% unless `level` says) of the pooled mean of `strata`,
+    or of that mean minus `minus`'s pooled mean. Each stratum (a family at a length) is
+    resampled within itself, so the mix of families stays the one that ran. Free-form agreement
+    is bimodal (a continuation follows keep-all's to the end or parts early), which a normal
+    interval misdescribes; a paired difference is given as one stratum list of differences."""
     rng = random.Random(seed)
 
     def pooled_mean(groups: list[list[float]]) -> float:
@@ -52,15 +54,12 @@ def bootstrap_interval(
     means = sorted(
         pooled_mean(strata) - (pooled_mean(minus) if minus else 0.0) for _ in range(resamples)
     )
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+    tail = (1 - level) / 2
+    return means[int(tail * resamples)], means[int((1 - tail) * resamples) - 1]
 
 
-# --- open-ended answers: judged against stock's own output -----------------------------------
+# --- open-ended answers: compared with a text (the gold, or stock's as a diagnostic) ---------
 
-# An open-ended answer is kept when it shares at least this much with stock's (ROUGE-L F1, or
-# edit similarity for a line of code) and does not loop where stock does not. The mean score
-# beside the noise floor's is the finer measure; this cut only counts answers that went elsewhere.
-OPEN_KEEP = 0.5
 # A loop: the same run of words repeated back to back at least LOOP_REPEATS times, covering at
 # least LOOP_WORDS words ("- Fixes tests" twelve times; "the function that reads" three times).
 LOOP_REPEATS, LOOP_WORDS, LOOP_UNIT = 3, 12, 16

@@ -3,29 +3,30 @@
 Calibration used to run every candidate on every case. Most of that work decides nothing: a
 candidate that has lost more answers at a length than its bar allows will not be chosen
 whatever the other cases say, and once the fastest candidate still standing has met the bar on
-every case, slower ones cannot be chosen either. So stock and the 8-bit reference run once on
-every case first (they fix each group's bar, and whichever candidate is chosen needs them on
-every case), then candidates run one at a time, the one with the least scheduled work first
-(`LazyConfig.work_share`), each dropped the moment no outcome of its remaining cases could
-let it meet the bar. Every decision here is a pure function of the plan and the records so
-far, so an interrupted run resumes from its journal and a recorded one can be replayed
-(benchmarks/calibration_cost.py); `choose` (calibrate.py) still makes the choice.
+every case, slower ones cannot be chosen either. So stock and the references run once first
+(they fix each group's bar, and whichever candidate is chosen needs them on every case): the
+8-bit reference on the cases with exact answers, the 4-bit one on the open ones. Then
+candidates run one at a time, the one with the least scheduled work first
+(`LazyConfig.work_share`; a mass rule at the least it can keep), each dropped the moment no
+outcome of its remaining cases could let it meet the bar. Every decision here is a pure
+function of the plan and the records so far, so an interrupted run resumes from its journal
+and a recorded one can be replayed (benchmarks/calibration_cost.py); `choose` (calibrate.py)
+still makes the choice.
 
-"Can no longer meet" is judged on the best completion: every case the candidate has not run
-is kept (similarity 1 for open-ended answers) and, where the reference has not run it yet,
-lost by the reference. With the relative bar a loss is forgiven where the reference loses too
-(the bar at a group is min(plain, the reference's share)), so a candidate stays while its
-losses in a group could still be matched by the reference's there, or its share could still
-reach the plain bar.
+"Can no longer meet" is judged on the best completion: every exact case the candidate has not
+run is kept and, where the 8-bit reference has not run it yet, lost by the reference; every
+open case it has not run is judged as stock's answer is and matches its gold text whole. With the relative bar a loss is forgiven where
+the reference loses too (the bar at a group is min(plain, the reference's share)), so a
+candidate stays while its losses in a group could still be matched by the reference's there,
+or its share could still reach the plain bar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lazymlx.evals.calibrate import (
-    OPEN_MARGIN,
     Bar,
     CaseId,
     case_id,
@@ -34,9 +35,11 @@ from lazymlx.evals.calibrate import (
     gated,
     gated_name,
     gates,
+    new_loops,
+    open_checks,
 )
 from lazymlx.evals.measure import BASELINE
-from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
 from lazymlx.evals.runner import Record
 
 Run = tuple[CaseId, str]  # a case and the mode to run on it
@@ -50,12 +53,18 @@ PLANNED_PASSES = 3
 @dataclass(frozen=True)
 class Plan:
     """A search: its cases in the order candidates run them, its candidates cheapest first,
-    the cases the reference runs on (all of them, or none with --no-reference) and the bar."""
+    the cases the 8-bit reference runs on (those with exact answers, or none with
+    --no-reference), the bar, and the cases the 4-bit reference runs on (the open ones)."""
 
     cases: tuple[CaseId, ...]
     candidates: tuple[str, ...]
     referenced: frozenset[CaseId]
     bar: Bar = Bar()
+    four_bit: frozenset[CaseId] = frozenset()
+
+    def references(self) -> dict[str, frozenset[CaseId]]:
+        """Each reference's mode and the cases it runs on."""
+        return {REFERENCE: self.referenced, REFERENCE_4BIT: self.four_bit}
 
 
 def run_order(cases: Iterable[CaseId]) -> tuple[CaseId, ...]:
@@ -132,7 +141,7 @@ def judge(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> Verdi
         for family in dict.fromkeys(c[0] for c in plan.cases)
     ]
     reason = next((name for name, group, plain in groups if not meets(group, plain)), None)
-    reason = reason or _open_reason(plan, stock, floor, mine)
+    reason = reason or _open_reason(plan, seen, mode)
     overall = sum(map(best_kept, right)) / len(right) if right else 0.0
     todo = counting(stock.values()) | {c for c in plan.cases if c not in stock}
     return Verdict(
@@ -143,31 +152,30 @@ def judge(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> Verdi
     )
 
 
-def _open_reason(
-    plan: Plan,
-    stock: dict[CaseId, Record],
-    floor: dict[CaseId, Record],
-    mine: dict[CaseId, Record],
-) -> str | None:
-    """The open-ended family, or length, whose mean similarity to stock's answers can no longer
-    come within OPEN_MARGIN of the reference's (as calibrate.open_gaps pairs them), if any."""
+def _open_reason(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> str | None:
+    """The open-ended group (calibrate.open_checks) the candidate can no longer bring to its
+    bar, or an answer that loops where stock's does not, if any. On a case it has not run its
+    best is taken as stock's judgment of stock's own answer (a pruned answer is seldom more
+    likely under stock than stock's greedy one) and a perfect gold score (another answer may
+    match the gold text better than stock's)."""
+    stock = seen.get(BASELINE, {})
     open_cases = [c for c in plan.cases if c in stock and stock[c].score is not None]
-    if plan.referenced:  # paired with the reference's cases; stock's 1 where none runs
-        open_cases = [c for c in open_cases if c in plan.referenced]
-    groups = [(family, [c for c in open_cases if c[0] == family]) for family in _families(plan)]
-    groups += [
-        (f"{length} tokens", [c for c in open_cases if c[1] == length])
-        for length in dict.fromkeys(c[1] for c in plan.cases)
+    if not open_cases:
+        return None
+    mine = seen.get(mode, {})
+
+    def unrun(case: CaseId) -> Record:
+        gold = None if stock[case].target_score is None else 1.0
+        return replace(stock[case], mode=mode, target_score=gold, looped=False)
+
+    best = [mine[c] if c in mine else unrun(c) for c in open_cases]
+    fixed = [r for m in (BASELINE, REFERENCE_4BIT) for r in seen.get(m, {}).values()]
+    if new_loops([*fixed, *best], mode):
+        return "an answer that loops where stock's does not"
+    failing = [
+        c for c in open_checks([*fixed, *best], mode, intervals=False) if c.margin < -TOLERANCE
     ]
-    for name, cases in groups:
-        gaps = [
-            (mine[c].score if c in mine else 1.0)
-            - (floor[c].score if c in floor else (0.0 if plan.referenced else 1.0))
-            for c in cases
-        ]
-        if gaps and sum(gaps) / len(gaps) < -OPEN_MARGIN - TOLERANCE:
-            return f"{name} (open-ended)"
-    return None
+    return f"{failing[0].name}, open-ended" if failing else None
 
 
 def _families(plan: Plan) -> list[str]:
@@ -181,13 +189,14 @@ def next_run(plan: Plan, records: Sequence[Record]) -> Run | None:
     trade's and no cheaper one has met that. If every candidate fails the default's bar, the
     candidates go on behind gates (`_next_gated`)."""
     ran = _by_mode(records)
-    stock, floor = ran.get(BASELINE, {}), ran.get(REFERENCE, {})
+    stock = ran.get(BASELINE, {})
     for case in plan.cases:
         if case not in stock:
             return case, BASELINE
-    for case in plan.cases:
-        if case in plan.referenced and case not in floor:
-            return case, REFERENCE
+    for mode, cases in plan.references().items():
+        for case in plan.cases:
+            if case in cases and case not in ran.get(mode, {}):
+                return case, mode
     todo, hard = counting(stock.values()), lost(records)
     default_met = fast_met = False
     for mode in plan.candidates:
@@ -231,7 +240,7 @@ def lost(records: Iterable[Record]) -> set[CaseId]:
     return {
         case_id(r)
         for r in records
-        if r.mode not in (BASELINE, REFERENCE) and r.baseline_correct and not r.correct
+        if r.mode not in (BASELINE, *REFERENCE_BITS) and r.baseline_correct and not r.correct
     }
 
 
@@ -279,16 +288,16 @@ class Speed:
 def planned_runs(
     case: CaseId,
     candidates: Sequence[str],
-    referenced: bool,
+    references: Sequence[str],
     cached: Callable[[Run], bool],
     counts: Callable[[CaseId], bool],
 ) -> list[Run]:
     """The runs a case is expected to cost the search, for sizing it to a time budget: stock
-    and the reference where their answers are not cached already (a registry model ships
-    both, so they cost nothing), and PLANNED_PASSES of the cheapest `candidates` unless the
-    case counts nowhere (`counts`: stock's cached answer wrong and not open-ended; a case
-    whose stock answer is not known yet counts), where candidates never run."""
-    modes = [BASELINE, *([REFERENCE] if referenced else [])]
+    and the `references` run on it where their answers are not cached already (a registry
+    model ships stock's and the 8-bit one's), and PLANNED_PASSES of the cheapest `candidates`
+    unless the case counts nowhere (`counts`: stock's cached answer wrong and not open-ended;
+    a case whose stock answer is not known yet counts), where candidates never run."""
+    modes = [BASELINE, *references]
     runs = [(case, mode) for mode in modes if not cached((case, mode))]
     if counts(case):
         runs += [(case, mode) for mode in candidates[:PLANNED_PASSES]]

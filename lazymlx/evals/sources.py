@@ -9,6 +9,11 @@ Four unrelated sources, none fetched at run time:
 
 Every document belongs to one split, by a hash of its name, so calibration cases and validation
 cases never share a page of text: a rule tuned on one split meets unseen documents in the other.
+Two sources also give gold answers a person wrote: a manual page's options (each flag and what
+it does) and a module's docstring (what its source does).
+
+Some texts on the machine are held out of every source (HELD_OUT): Git's release notes, the GPL
+and the GNU info manuals are where the project checks itself on text no knob was tuned to.
 Prose paragraphs are kept when they read as prose (long, nearly all letters, no code), so a
 number hidden among them is usually the only number there; the case generator checks it is.
 """
@@ -33,6 +38,8 @@ SPLITS = ("calibration", "validation")
 PROSE_SOURCES = ("python-docs", "man", "pkgdoc")
 MAN_DIR = Path("/usr/share/man")
 DOC_DIR = Path("/usr/share/doc")
+# read by no source: checks of the project's own, on text the eval never tunes to
+HELD_OUT = ("/usr/share/info", "/usr/share/doc/git/RelNotes", "/usr/share/common-licenses")
 # the Cloud SDK's 16,000 generated pages would make most man haystacks one product's reference
 GENERATED_MAN_PAGES = ("gcloud",)
 # package documentation worth reading as prose (changelogs and copyright files are lists and
@@ -127,6 +134,8 @@ def documents(source: str) -> tuple[str, ...]:
 
 
 def _read(path: Path) -> str:
+    if str(path).startswith(HELD_OUT):
+        raise LazymlxError(f"{path} is held out of the eval's sources")
     data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     return data.decode("utf-8", errors="replace")
 
@@ -197,6 +206,73 @@ def _docstrings(module_name: str) -> str:
             if documented and own and not attr.startswith("_"):
                 docs.append(value.__doc__ or "")
     return "\n\n".join(docs)
+
+
+# --- gold answers a person wrote ----------------------------------------------------------
+
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)")
+
+
+def _unescape(line: str) -> str:
+    for pattern, replacement in ROFF_ESCAPES:
+        line = pattern.sub(replacement, line)
+    return line.strip()
+
+
+@functools.cache
+def manual(document: str) -> tuple[tuple[str, ...], tuple[tuple[tuple[str, ...], str], ...]]:
+    """A manual page as text lines (markup dropped, blank runs collapsed), and its options as
+    written in `.TP` entries: each option's flags and the first sentence of what it does."""
+    source = _read(MAN_DIR / document)
+    rows = source.splitlines()
+    options = []
+    for i, row in enumerate(rows[:-2]):
+        if not (row.startswith(".TP") and rows[i + 1].startswith("\\fB\\-")):
+            continue
+        flags = tuple(_FLAG.findall(_unescape(rows[i + 1]).split("=")[0]))
+        said = []
+        for line in rows[i + 2 :]:
+            if line.startswith((".TP", ".PP", ".SH", ".SS", ".IP", ".P", ".LP", ".RE")):
+                break
+            text = ROFF_TEXT_MACROS.match(line)
+            said.append(_unescape(text.group(2).replace('"', "") if text else line))
+        sentence = re.split(r"(?<=[.;:])\s", " ".join(w for w in said if w).strip())[0]
+        if flags and sentence:
+            options.append((flags, sentence.rstrip(".;:")))
+    lines, blank = [], False
+    for line in strip_roff(source).splitlines():
+        line = line.rstrip()
+        if line or not blank:
+            lines.append(line)
+        blank = not line
+    return tuple(lines), tuple(options)
+
+
+@functools.cache
+def module_docstring(document: str) -> tuple[str, tuple[str, ...]]:
+    """A standard-library file's docstring, its first paragraph on one line, and its source
+    lines with the docstring taken out ("" and no lines where it has none)."""
+    import ast
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    source = (root / document).read_text(errors="replace")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "", ()
+    first = tree.body[0] if tree.body else None
+    if not (
+        isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    ):
+        return "", ()
+    if not isinstance(first.value.value, str):
+        return "", ()
+    paragraph = " ".join(inspect.cleandoc(first.value.value).split("\n\n")[0].split())
+    lines = source.splitlines()
+    rest = lines[: first.lineno - 1] + lines[first.end_lineno :]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    return paragraph, tuple(rest)
 
 
 # --- haystacks ----------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 "Kept" counts only the cases the baseline answers right: the promise is the baseline's answer,
 sooner, so a case stock mlx-lm gets wrong says nothing about pruning (a strategy right there is
-counted as "gained"). Free-form cases have no gold; they are tallied by agreement with the
-baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group, over
+counted as "gained"). Open-ended answers are tallied by their gold texts, stock's judgment and
+loops (words against stock's beside them); free-form cases have no gold, and are tallied by
+agreement with the baseline's first tokens. Speedups are total baseline TTFT over total TTFT within a group, over
 the cases whose baseline ran in the same run (one read from an earlier run's cache is not
 timed beside them); decode rate and peak memory are set beside stock's rows from that run.
 """
@@ -66,18 +67,22 @@ def tally(records: list[Record], stock: dict[RecordKey, Record] | None = None) -
 
 
 def _open_scores(records: list[Record], stock: dict[RecordKey, Record]) -> dict:
+    """Open answers: against the gold text where there is one, by stock's judgment (mean NLL),
+    answers that loop where stock's do not, and words against stock's (a diagnostic)."""
     scored = [r for r in records if r.score is not None]
     if not scored:
-        return {"score": None, "score_interval": None, "new_loops": None, "target_score": None}
+        return dict.fromkeys(("score", "score_interval", "new_loops", "target_score", "nll"))
     strata: dict[tuple[str, int], list[float]] = {}
     for r in scored:
         strata.setdefault((r.family, r.length), []).append(r.score)
     targets = [r.target_score for r in scored if r.target_score is not None]
+    judged = [r.nll for r in scored if r.nll is not None]
     return {
         "score": statistics.mean(r.score for r in scored),
         "score_interval": bootstrap_interval(list(strata.values()), resamples=2000),
         "new_loops": sum(r.looped and not _stock_looped(r, stock) for r in scored),
         "target_score": statistics.mean(targets) if targets else None,
+        "nll": statistics.mean(judged) if judged else None,
     }
 
 
