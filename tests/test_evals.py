@@ -600,3 +600,15 @@ def test_open_cases_run_through_the_eval_and_keep_all_keeps_stocks_answer(tiny, 
     assert records[-1].target_score is not None  # code: the file's own line beside stock's
     # stock's prompt is cached with its answer, for the judge of a later run
     assert cache.get(cases[0]).context == BaselineCache(model, cache.path).get(cases[0]).context
+
+
+def test_held_out_texts_are_read_by_no_source():
+    from lazymlx.evals import sources
+
+    for held in sources.HELD_OUT:
+        with pytest.raises(LazymlxError, match="held out"):
+            sources._read(Path(held) / "anything.txt")
+    for source in ("man", "pkgdoc", "code", "python-docs"):
+        for name in sources.documents(source):
+            assert not str(Path("/usr/share/doc") / name).startswith(sources.HELD_OUT)
+            assert "RelNotes" not in name and "common-licenses" not in name

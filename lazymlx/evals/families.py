@@ -140,11 +140,14 @@ class Case:
     planted: tuple[str, ...] = ()  # the text inserted into the haystack, the asked fact first
     judge: str | None = None  # open-ended: how answers are compared, one of JUDGES
     target: str | None = None  # open-ended: the gold text (the file's next line, the docstring)
+    aliases: tuple[str, ...] = ()  # other right answers (an option's short flag)
 
     def correct(self, output: str) -> bool | None:
-        """Right: the gold answer whole; None where there is no exact answer (open-ended and
-        free-form cases, scored by `similarity` and the judge instead)."""
-        return None if self.gold is None else holds_answer(output, self.gold)
+        """Right: the gold answer (or an alias) whole; None where there is no exact answer
+        (open-ended and free-form cases, scored by `similarity` and the judge instead)."""
+        if self.gold is None:
+            return None
+        return any(holds_answer(output, answer) for answer in (self.gold, *self.aliases))
 
     def similarity(self, output: str, other: str) -> float | None:
         """How close an open-ended answer is to another text (the gold, or stock's answer)."""
@@ -176,6 +179,7 @@ class _Draft:
     judge: str | None = None
     next_line: bool = False  # code completion: the unit after the text is the target
     reference: str | None = None  # an open answer's gold text, fixed (a module's docstring)
+    aliases: tuple[str, ...] = ()  # other right answers
     once: tuple[str, ...] = ()  # texts the haystack must hold exactly once (what a question names)
 
     def target(self, n: int) -> str | None:
@@ -632,9 +636,9 @@ def _words(text: str) -> list[str]:
 
 def option(rng: random.Random, seed: int, split: str) -> _Draft:
     """A real manual page (then others, to the length), asked which option does what one of its
-    options is documented to do: the option's long name is the gold, written by the page's
-    authors. Options whose name begins another's on the page are not asked (an answer naming
-    the longer one would hold the shorter)."""
+    options is documented to do: the option's flags are the gold (its long name, or its short
+    one), written by the page's authors. Options whose long name begins another's on the page
+    are not asked (an answer naming the longer one would hold the shorter)."""
     pages = [d for d in documents("man") if split_of(d) == split]
     rng.shuffle(pages)
     for page in pages:
@@ -680,6 +684,7 @@ def option(rng: random.Random, seed: int, split: str) -> _Draft:
         source="man",
         joiner="\n",
         once=(said,),
+        aliases=tuple(flag for flag in flags if flag != gold),
     )
 
 
@@ -827,7 +832,7 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
                 family, split, length, seed, draft.kind, segments, draft.gold,
                 draft.max_tokens, draft.depth, draft.source,
                 tuple(piece.strip() for _, piece in draft.inserts), draft.judge,
-                draft.target(count),
+                draft.target(count), draft.aliases,
             )  # fmt: skip
     raise LazymlxError(
         f"no clean {family} case for seed {seed} at {length} tokens; use another seed"

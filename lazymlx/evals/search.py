@@ -15,7 +15,7 @@ still makes the choice.
 
 "Can no longer meet" is judged on the best completion: every exact case the candidate has not
 run is kept and, where the 8-bit reference has not run it yet, lost by the reference; every
-open case it has not run is judged as stock's answer is and matches its gold text whole. With the relative bar a loss is forgiven where
+open case it has not run matches its gold text whole and is judged perfectly likely. With the relative bar a loss is forgiven where
 the reference loses too (the bar at a group is min(plain, the reference's share)), so a
 candidate stays while its losses in a group could still be matched by the reference's there,
 or its share could still reach the plain bar.
@@ -155,9 +155,9 @@ def judge(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> Verdi
 def _open_reason(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> str | None:
     """The open-ended group (calibrate.open_checks) the candidate can no longer bring to its
     bar, or an answer that loops where stock's does not, if any. On a case it has not run its
-    best is taken as stock's judgment of stock's own answer (a pruned answer is seldom more
-    likely under stock than stock's greedy one) and a perfect gold score (another answer may
-    match the gold text better than stock's)."""
+    best is a perfect gold score and a judgment of 0 (another answer may match the gold text
+    better than stock's, and be more likely under stock than stock's own greedy one: one
+    that copies the prompt is)."""
     stock = seen.get(BASELINE, {})
     open_cases = [c for c in plan.cases if c in stock and stock[c].score is not None]
     if not open_cases:
@@ -166,7 +166,8 @@ def _open_reason(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -
 
     def unrun(case: CaseId) -> Record:
         gold = None if stock[case].target_score is None else 1.0
-        return replace(stock[case], mode=mode, target_score=gold, looped=False)
+        judged = None if stock[case].nll is None else 0.0
+        return replace(stock[case], mode=mode, target_score=gold, nll=judged, looped=False)
 
     best = [mine[c] if c in mine else unrun(c) for c in open_cases]
     fixed = [r for m in (BASELINE, REFERENCE_4BIT) for r in seen.get(m, {}).values()]
