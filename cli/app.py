@@ -57,20 +57,15 @@ ModelOption = Annotated[
         help="Registry name, mlx-lm model directory, .gguf file or hub id (owner/name).",
     ),
 ]
-MaxTokens = Annotated[
-    int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")
-]
-Temperature = Annotated[
-    float, typer.Option("--temp", min=0.0, help="Sampling temperature; 0 is greedy.")
-]
-TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
-TopK = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k likeliest; 0: all.")]
-MinP = Annotated[
-    float, typer.Option("--min-p", min=0.0, max=1.0, help="Drop tokens below min-p × the top one.")
-]
+# the values' limits are the one request check's (lazymlx/sampling.py), checked in _sampling
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
+Temperature = Annotated[float, typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Sample from the k likeliest; 0: all.")]
+MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p × the top one.")]
 RepetitionPenalty = Annotated[
     float | None,
-    typer.Option("--repetition-penalty", min=0.0, help="Penalize repeats (mlx-lm's; e.g. 1.1)."),
+    typer.Option("--repetition-penalty", help="Penalize repeats (mlx-lm's; e.g. 1.1)."),
 ]
 Seed = Annotated[int | None, typer.Option("--seed", help="Random seed, for repeatable sampling.")]
 System = Annotated[
@@ -306,18 +301,30 @@ def _main(
     """On-device LLM inference on MLX with LazyLLM token pruning."""
 
 
-def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed) -> dict:
-    if seed is not None:
-        import mlx.core as mx
+def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens) -> dict:
+    """The sampling flags as stream_generate takes them, checked by the one request check
+    (lazymlx/sampling.py) before anything loads, a bad one named as its flag; the seed is
+    applied by _seed once the model is loaded (loading draws random numbers)."""
+    from lazymlx.sampling import check_sampling
 
-        mx.random.seed(seed)
-    return {
+    sampling = {
         "temp": temp,
         "top_p": top_p,
         "top_k": top_k,
         "min_p": min_p,
         "repetition_penalty": repetition_penalty,
     }
+    flags = sampling | {"seed": seed, "max_tokens": max_tokens}
+    check_sampling(flags, spell=lambda name: "--" + name.replace("_", "-"))
+    return sampling
+
+
+def _seed(seed: int | None) -> None:
+    """Seed MLX's sampling (none: leave it as it is)."""
+    if seed is not None:
+        import mlx.core as mx
+
+        mx.random.seed(seed)
 
 
 @app.command()
@@ -345,6 +352,7 @@ def chat(
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     model = _one_model(name, model)
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens)
     preflight(model)
     from lazymlx.cli.chat import ChatFiles, answer
     from lazymlx.collectives import on_leader
@@ -358,13 +366,8 @@ def chat(
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
     note, first = _first_use_note(lazy, model, loaded, quiet)
-    session = ChatSession(
-        *loaded,
-        system=system,
-        lazy=config,
-        max_tokens=max_tokens,
-        **_sampling(temp, top_p, top_k, min_p, repetition_penalty, seed),
-    )
+    _seed(seed)
+    session = ChatSession(*loaded, system=system, lazy=config, max_tokens=max_tokens, **sampling)
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
     if prompt is None:
         _chat_in_terminal(session, files, f"{model} · preset {lazy}", note, first, quiet, verbose)
@@ -440,6 +443,7 @@ def generate(
     model = _one_model(name, model)
     if prompt is None:
         raise LazymlxError("give the prompt with -p TEXT (or -p - to read it from stdin)")
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens)
     if readonly and not prompt_cache_file:
         raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
@@ -455,7 +459,7 @@ def generate(
     note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
     if not quiet:
         _say_note(note)
-    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
+    _seed(seed)
     tokens = _prompt_tokens(tokenizer, prompt, system, raw)
     context = _generate_context(loaded_model, model, config, tokens, prompt_cache_file, readonly)
     text, last = _stream_answer(

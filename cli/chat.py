@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lazymlx.cli.console import PromptProgress, err, error_line, write_text
 from lazymlx.contexts import context_file_exists
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
+from lazymlx.sampling import parse_value
 from lazymlx.session import ChatSession
 
 MULTILINE = '"""'
@@ -29,25 +28,10 @@ Ctrl-C stops the current answer (its stats line still shows); the chat goes on.
 An answer that repeats itself: Ctrl-C, then /set repetition_penalty 1.1."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    """A sampling setting `/set` changes: how its value reads, and which values it takes (the
-    command line's bounds for the same option, checked here so a bad value is refused at once
-    rather than failing the next answer)."""
-
-    parse: Callable[[str], float]
-    valid: Callable[[float], bool]
-    takes: str
-
-
-SETTINGS = {
-    "temp": Setting(float, lambda v: v >= 0, "a number >= 0 (0: greedy)"),
-    "top_p": Setting(float, lambda v: 0 < v <= 1, "a number above 0, at most 1"),
-    "top_k": Setting(int, lambda v: v >= 0, "a whole number >= 0 (0: all)"),
-    "min_p": Setting(float, lambda v: 0 <= v <= 1, "a number from 0 to 1"),
-    "repetition_penalty": Setting(float, lambda v: v > 0, "a number above 0 (1: none), e.g. 1.1"),
-    "max_tokens": Setting(int, lambda v: v >= 1, "a whole number >= 1"),
-}
+# the sampling settings `/set` changes, each checked by the one request check
+# (lazymlx/sampling.py), so a bad value is refused at once with the command line's limits
+# rather than failing the next answer
+SETTINGS = ("temp", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
 # the names ollama's chat and the command line's flags use for the same settings
 SETTING_ALIASES = {"temperature": "temp", "repeat_penalty": "repetition_penalty"}
 
@@ -228,14 +212,10 @@ def set_sampling(session: ChatSession, argument: str) -> None:
     if name not in SETTINGS:
         error_line(f"/set takes {', '.join(SETTINGS)}; got {name!r}")
         return
-    setting, value = SETTINGS[name], value.strip()
     try:
-        parsed = setting.parse(value)
-    except ValueError:
-        parsed = math.nan
-    if not (math.isfinite(parsed) and setting.valid(parsed)):
-        got = f"; got {value!r}" if value else ""
-        error_line(f"/set {name} takes {setting.takes}{got}")
+        parsed = parse_value(name, value.strip(), f"/set {name}")
+    except LazymlxError as error:
+        error_line(str(error))
         return
     session.generation[name] = parsed
     err.print(f"{name} {parsed}", style="dim", markup=False)
