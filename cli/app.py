@@ -103,8 +103,8 @@ Lazy = Annotated[
     str,
     typer.Option(
         "--lazy",
-        help=f"LazyLLM pruning preset: {', '.join(PRESETS)} or one `lazymlx calibrate` saved. "
-        "'off' runs stock mlx-lm.",
+        help=f"LazyLLM pruning preset: {', '.join(PRESETS)} or one `lazymlx calibrate` saved; "
+        "off runs stock mlx-lm (keep-all: lazymlx's engine keeping every token).",
     ),
 ]
 
@@ -131,14 +131,20 @@ Readonly = Annotated[
 
 
 def _lazy_config(preset: str, model: str) -> LazyConfig | None:
-    """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline),
-    except on a context-parallel group, where keep-all runs on the chain as a lazy context."""
+    """The engine's config for a preset name; 'off' is stock mlx-lm (None), which runs in one
+    process, so a context-parallel chain (which runs the engine's prompt step) refuses it."""
     from lazymlx import context_parallel, distributed
     from lazymlx.engine.presets import resolve_preset
 
+    if preset == "off":
+        if context_parallel.chain() is not None:
+            raise LazymlxError(
+                "--lazy off is stock mlx-lm, which runs in one process; on a --parallel "
+                "context chain run --lazy keep-all (lazymlx's engine keeping every token)"
+            )
+        return None
     # each rank reads its machine's saved presets: one that lacks this preset says so
-    config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
-    return None if preset == "off" and context_parallel.chain() is None else config
+    return distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
 
 
 def _calibration_note(preset: str, model: str) -> str | None:
@@ -683,12 +689,12 @@ def serve(
     from lazymlx.server import serve as run_server
 
     join_parallel(parallel, model)
-    config = _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
+    _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
     with sock or contextlib.nullcontext():
         llm = LLM(
             lambda: _told(load_model(model), lazy, model),
-            lazy=lazy if config is None or lazy != "off" else config,  # context-parallel keep-all
+            lazy=lazy,
             context_bytes=int(context_gb * 1e9),
         )
         if sock is None:  # another rank of a group: it runs the requests rank 0 hands on

@@ -77,15 +77,18 @@ class LineReader:
 def stats_line(response: Response, verbose: bool = False, stopped: bool = False) -> str:
     """One dim line under an answer, within 80 columns: `TTFT 2.4 s · 541 tok (520 cached) ·
     48% of the work · 14 tok/s · 0.6 GB`. The work share (the conversation's (token, layer)
-    work against stock's) shows only when pruning changed something, with the pruned tokens
-    this turn brought back. verbose: every figure, spelled out. stopped: the answer was cut
-    short (Ctrl-C), said after its decode speed in place of the peak memory, so the line keeps
-    its width and the TTFT of exactly the answers a user stops is not lost."""
-    lazy = response.lazy if response.lazy and response.lazy.pruned else None
+    work against stock's) shows when the engine ran, with the pruned tokens this turn brought
+    back, or `pruned nothing` where it ran whole; stock mlx-lm's line has none. verbose: every
+    figure, spelled out. stopped: the answer was cut short (Ctrl-C), said after its decode
+    speed in place of the peak memory, so the line keeps its width and the TTFT of exactly the
+    answers a user stops is not lost."""
+    lazy = response.lazy
     cached = f" ({response.cached_tokens} cached)" if response.cached_tokens else ""
     if verbose:
         work = ""
-        if lazy:
+        if lazy and not lazy.pruned:
+            work = " · pruned nothing (every token ran every layer)"
+        elif lazy:
             work = f" · context {lazy.work_share:.0%} of stock's layer work"
             if lazy.revived_tokens:
                 work += f", {lazy.revived_tokens} pruned tokens revived"
@@ -97,10 +100,8 @@ def stats_line(response: Response, verbose: bool = False, stopped: bool = False)
         )
     ttft = f"{response.ttft_s:.1f}" if response.ttft_s >= 1 else f"{response.ttft_s:.2f}"
     parts = [f"TTFT {ttft} s", f"{response.prompt_tokens} tok{cached}"]
-    if lazy and lazy.revived_tokens:
-        parts.append(f"{lazy.work_share:.0%} work, {lazy.revived_tokens} revived")
-    elif lazy:
-        parts.append(f"{lazy.work_share:.0%} of the work")
+    if lazy:
+        parts.append(lazy.said())
     if response.generation_tokens > 1:
         parts.append(f"{response.generation_tps:.0f} tok/s" + (", stopped" if stopped else ""))
     elif stopped:

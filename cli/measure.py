@@ -49,7 +49,7 @@ def _presets(text: str) -> list[str]:
         return []
     if not names:
         raise LazymlxError(
-            "no preset given to --lazy; name one or more (e.g. default,off), or none"
+            "no preset given to --lazy; name one or more (e.g. gentle,fast), or none"
         )
     return list(dict.fromkeys(names))
 
@@ -58,7 +58,7 @@ def _header(model: str, strategies, **settings) -> dict:
     """The run's header, with what each preset in it does."""
     from lazymlx.evals.bench import header
 
-    presets = {s.mode: s.config.describe() for s in strategies}
+    presets = {s.mode: s.config.describe() if s.config else "stock mlx-lm" for s in strategies}
     return header(model, **settings) | {"presets": presets}
 
 
@@ -77,6 +77,7 @@ BENCH_COLUMNS: list[Column] = [
     ("generation_tps", "gen tok/s", lambda v: f"{v:.1f}"),
     ("peak_memory_gb", "peak GB", seconds),
     ("compute_fraction", "work vs stock", percent),
+    ("pruned", "pruned", lambda v: "—" if v is None else "yes" if v else "nothing"),
     ("speedup", "speedup", ratio),
     ("answer_matches_baseline", "= baseline", yes_no),
     ("answer_correct", "answer right", yes_no),
@@ -89,13 +90,16 @@ def bench(
     ] = "2k",
     model: Model = DEFAULT_MODEL,
     lazy: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--lazy",
-            help="Presets to time next to stock mlx-lm, comma-separated: default, off (the engine "
-            "keeping all), static, random, or a calibrated one.",
+            help="Presets to time next to stock mlx-lm, comma-separated (default: every one of "
+            "default, gentle, fast and the model's saved presets that prunes on it): any preset, "
+            "keep-all (lazymlx's engine keeping every token), static, random, or off (stock "
+            "again).",
+            show_default=False,
         ),
-    ] = "default,off",
+    ] = None,
     gen_len: Annotated[
         int, typer.Option("--gen-len", "-n", min=1, help="Tokens to generate.")
     ] = 128,
@@ -115,6 +119,9 @@ def bench(
 ) -> None:
     """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length.
 
+    With no --lazy it times every preset that prunes on the model (a default that runs whole
+    would time stock against itself), and the header says which and why.
+
     Under mlx.launch with --parallel context every preset runs twice, on rank 0 alone (one
     process) and on the chain of all ranks, side by side; rank 0 prints the table.
     """
@@ -123,7 +130,8 @@ def bench(
 
     check_format(output)
     lengths = parse_lengths(prompt_len)
-    presets = [strategy(name, model) for name in _presets(lazy)]
+    names, compares = _bench_presets(lazy, model)
+    presets = [strategy(name, model) for name in names]
     ranks = _bench_group(parallel, model, presets, lengths)
     loaded, tokenizer = _load(model)
     strategies, where = _beside_the_chain(loaded, presets, ranks)
@@ -134,11 +142,34 @@ def bench(
             where=where,
         )  # fmt: skip
     head = _header(
-        model, presets, prompt=prompt, gen_len=gen_len, repeats=repeats,
+        model, presets, compares=compares, prompt=prompt, gen_len=gen_len, repeats=repeats,
         warmup="1 per mode, at the timed length", **_parallel_note(parallel, ranks),
     )  # fmt: skip
     columns = CHAIN_COLUMNS if ranks else BENCH_COLUMNS
     emit(output, head, _against_one_process(rows, ranks), columns)
+
+
+def _bench_presets(lazy: str | None, model: str) -> tuple[list[str], str]:
+    """The presets a bench times, and the header's line on what it compares and why: those
+    --lazy names, or with none every preset of the model's that prunes (default, gentle, fast
+    and any it ships or `lazymlx calibrate` saved for it), since a preset that runs every
+    prompt whole (a registry model's default today) would time stock against itself."""
+    from lazymlx.engine.presets import resolve_preset, saved_presets, shipped_presets
+
+    if lazy is not None:
+        return _presets(lazy), "stock mlx-lm beside the presets --lazy names"
+    names = ["default", "gentle", "fast", *shipped_presets(model), *saved_presets(model)]
+    names = list(dict.fromkeys(names))
+    pruning = [name for name in names if resolve_preset(name, model).prunes]
+    whole = [name for name in names if name not in pruning]
+    compares = (
+        f"stock mlx-lm beside every preset that prunes on {model} ({', '.join(pruning)}), "
+        "to show what each saves"
+    )
+    if whole:
+        them = "it runs" if len(whole) == 1 else "they run"
+        compares += f"; left out: {', '.join(whole)} ({them} every prompt whole: stock's work)"
+    return pruning, compares
 
 
 CHAIN_COLUMNS: list[Column] = [
@@ -167,6 +198,11 @@ def _bench_group(parallel: str, model: str, presets, lengths: list[int]) -> int:
             raise LazymlxError(
                 "bench --parallel context times presets on the chain; --lazy none leaves none "
                 "(stock mlx-lm runs on rank 0 alone)"
+            )
+        if any(s.config is None for s in presets):
+            raise LazymlxError(
+                "--lazy off is stock mlx-lm, which runs on rank 0 alone (the baseline row); "
+                "--lazy keep-all times lazymlx's engine keeping every token on the chain"
             )
         from lazymlx import collectives
         from lazymlx.context_parallel import MIN_SLICE

@@ -77,6 +77,17 @@ class LazyStats:
         """Whether pruning changed anything so far (else the figures say nothing)."""
         return self.work_share < 1 or self.revived_tokens > 0
 
+    def said(self) -> str:
+        """The figure a stats line gives (the chat's, generate's, the server's log line): the
+        share of stock's work with the pruned tokens brought back, or, where a preset runs
+        whole (a default that prunes nothing, a prompt under its floor), that it pruned
+        nothing, so a user who asked for pruning is never left to guess."""
+        if not self.pruned:
+            return "pruned nothing"
+        if self.revived_tokens:
+            return f"{self.work_share:.0%} work, {self.revived_tokens} revived"
+        return f"{self.work_share:.0%} of the work"
+
     @classmethod
     def of(cls, state: LazyState, counts: PromptCounts, prompt_tokens: int) -> LazyStats:
         """The figures after a call's prompt step (`counts`, what it computed) over `state`."""

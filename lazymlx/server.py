@@ -397,12 +397,8 @@ class _Request:
             f"{usage['prompt_tokens_details']['cached_tokens']} cached",
             f"TTFT {ttft}" + (f" ({queued:.2f} s queued)" if queued >= 0.01 else ""),
         ]
-        if "work_share" in usage:
-            revived = usage["revived_tokens"]
-            parts.append(
-                f"{usage['work_share']:.0%} of the work"
-                + (f", {revived} revived" if revived else "")
-            )
+        if self.last and self.last.lazy:  # the engine ran: what it saved, or that it saved nothing
+            parts.append(self.last.lazy.said())
         parts.append(f"{usage['completion_tokens']} tok out")
         if "max_tokens" in usage:
             parts.append(f"max_tokens {usage['max_tokens_asked']} capped to {usage['max_tokens']}")

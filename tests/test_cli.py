@@ -447,7 +447,12 @@ def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model
     wrong_kind = runner.invoke(
         app, [*args, "-p", "x", "--lazy", "off", "--prompt-cache-file", str(cache)]
     )
-    assert "saved with pruning on; load it with --lazy default" in str(wrong_kind.exception)
+    # the tiny model's default runs whole: the file is the engine's, though nothing was pruned
+    assert str(wrong_kind.exception).endswith(
+        "holds lazymlx's engine's context (saved with --lazy default, which prunes nothing: it "
+        "runs every prompt whole), which stock mlx-lm (--lazy off) cannot continue; load it "
+        "with --lazy default"
+    )
     off_cache = tmp_path / "off.safetensors"
     for _ in range(2):
         again = runner.invoke(
@@ -674,6 +679,11 @@ def test_the_stats_line_fits_80_columns():
     stopped = stats_line(response, stopped=True)
     assert stopped.endswith("14 tok/s, stopped") and len(stopped) <= 80
     assert stats_line(response, verbose=True, stopped=True).endswith(" · answer stopped")
+    response.lazy = LazyStats(1.0, 0, 1.0, (5410,), 0, 0)  # the engine ran whole
+    assert " · pruned nothing · " in stats_line(response)
+    assert " · pruned nothing (every token ran every layer) · " in stats_line(response, True)
+    response.lazy = None  # stock mlx-lm: nothing to prune, nothing said
+    assert "pruned" not in stats_line(response) + stats_line(response, verbose=True)
 
 
 def test_usage_shows_the_stats_line_as_the_chat_prints_it():

@@ -61,7 +61,7 @@ def quantized(model):
     ids=["llama", "mistral", "qwen2", "qwen3", "gemma3", "untied-head", "quantized-4bit"],
 )
 @pytest.mark.parametrize(
-    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["keep-all", "engine-prefill", "floor"]
 )
 @pytest.mark.parametrize("chunk", [2048, 32])
 def test_keep_all_reproduces_stock_mlx_lm(make_model, config, chunk):
@@ -655,7 +655,7 @@ def window_rows(state: LazyState) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["off", "engine-prefill", "floor"]
+    "config", [LazyConfig(), ENGINE_KEEP_ALL, FLOORED], ids=["keep-all", "engine-prefill", "floor"]
 )
 def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
     """Gemma 3's local layers see the last 24 positions here: rows older than every query still

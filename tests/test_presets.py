@@ -32,7 +32,9 @@ def no_saved_presets():
 
 
 def test_builtin_presets_and_the_comparison_strategies():
-    assert resolve_preset("off", "any-model") == LazyConfig()
+    assert resolve_preset("keep-all", "any-model") == LazyConfig()
+    with pytest.raises(LazymlxError, match="'off' is stock mlx-lm, not a preset of the engine"):
+        resolve_preset("off", "any-model")  # stock has no config: lazy=None
     # an uncalibrated model runs whole; the strategies compared with a default that prunes
     # nothing follow the gentle rule instead
     default = resolve_preset("default", "any-model")
@@ -84,7 +86,8 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
 def test_preset_errors():
     with pytest.raises(
         LazymlxError,
-        match="choose one of: off, default, gentle, fast, sparse, paper, static, random",
+        match="choose one of: off \\(stock mlx-lm\\), keep-all, default, gentle, fast, sparse, "
+        "paper, static, random",
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):

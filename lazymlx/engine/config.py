@@ -197,7 +197,7 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 FLOOR_TOKENS = 1024
 
 PRESETS: dict[str, LazyConfig] = {
-    "off": LazyConfig(),
+    "keep-all": LazyConfig(),  # the engine keeping every token (stock's is lazy=None, "off")
     # A model with no calibrated presets runs every prompt whole: the gentle rule fell short of
     # the noise floor on Qwen2.5-Coder's open-ended answers at 2k, 4k and 8k (benchmarks/
     # README.md), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each

@@ -91,7 +91,7 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
     whose answers survive harder pruning can be tried on it."""
     if name == "off":  # what a model ships where no candidate holds: every prompt whole
-        return PRESETS["off"]
+        return PRESETS["keep-all"]
     gate = _GATE.fullmatch(name)
     if gate:
         chosen = candidate_config(default, gate["candidate"])
