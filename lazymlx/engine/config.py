@@ -231,7 +231,7 @@ def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     return replace(config, selection=selection, decode="sparse", prompt_revive=False)
 
 
-# Presets defined from the default, so they follow a model's calibrated default too.
+# Presets derived from a model's pruning_base (its default where that prunes, else its gentle).
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     # decoding revives nothing: the new token attends to the KV the prompt step left
     "sparse": lambda default: replace(default, decode="sparse"),

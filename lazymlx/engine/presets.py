@@ -1,10 +1,11 @@
 """Preset lookup: a model's calibrated presets, then the built-in ones.
 
 Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
-model). Each registry model's ship with lazymlx (lazymlx/engine/calibrated/NAME.json, written by
-`lazymlx calibrate --ship`); a user's own (`lazymlx calibrate`) are stored per model name in one
-JSON file beside the converted models, written atomically so an interrupted save never leaves a
-half-written file, and come first.
+model). Each registry model's ship with lazymlx in lazymlx/engine/calibrated/NAME.json:
+`lazymlx calibrate --ship` writes a model's default and fast there, and Gemma 3's gentle (its
+former default) was kept there by hand. A user's own (`lazymlx calibrate`) are stored per model
+name in one JSON file beside the converted models, written atomically so an interrupted save
+never leaves a half-written file, and come first.
 """
 
 from __future__ import annotations
