@@ -4,7 +4,7 @@ Issue 53 found the short-prompt failure on these files (a summary that loops), a
 out of the eval's sources so no knob is ever tuned on them. Each chosen file (the first ones, in
 version order, whose chat prompt falls in each token band) goes through the chat template with
 "Summarize these release notes in three short bullet points.", 64 greedy tokens, as a `summary`
-case of the eval: stock, the noise floor (stock with 8-bit round-tripped weights) and each
+case of the eval: stock, the 8-bit reference (stock with 8-bit round-tripped weights) and each
 preset, every answer scored against stock's (ROUGE-L, loops). Records go to a journal that
 `benchmarks/tables.py open` tabulates.
 

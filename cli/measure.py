@@ -365,7 +365,7 @@ FloorBeside = Annotated[
     bool,
     typer.Option(
         "--reference/--no-reference",
-        help="Run the noise floor beside: stock with its weights round-tripped through 8 bits.",
+        help="Run the 8-bit reference beside: stock with its weights round-tripped through 8 bits.",
     ),
 ]
 RightOnly = Annotated[
@@ -433,7 +433,7 @@ def _run_suite(
     right_only=False, reference=False,
 ):  # fmt: skip
     """The baseline (cached) and the strategies on a split's cases (with right_only, those the
-    baseline answers right), and with `reference` the noise floor beside them (its answers
+    baseline answers right), and with `reference` the 8-bit reference beside them (its answers
     cached in the same file); the records and a header."""
     from pathlib import Path
 
@@ -525,7 +525,7 @@ def _uncached(cache, cases) -> int:
 
 
 def _floor(model: str, cache):
-    """The noise floor: the model again with its weights round-tripped through 8 bits, and its
+    """The 8-bit reference: the model again with its weights round-tripped through 8 bits, and its
     answers' cache, in the baselines' file."""
     from lazymlx.evals.baselines import BaselineCache
     from lazymlx.evals.reference import round_trip
@@ -644,7 +644,10 @@ class _Search:
         self.strategies = {s.mode: s for s in candidate_strategies(default, only)}
         self.modes = {**self.strategies, BASELINE: BASELINE_STRATEGY}
         self.modes[REFERENCE] = Strategy(REFERENCE, None)
-        self.stock = (BASELINE, REFERENCE)  # the modes that run stock's weights (or the floor's)
+        self.stock = (
+            BASELINE,
+            REFERENCE,
+        )  # the modes that run stock's weights (or the reference's)
         self.adapter = adapter_for(run.model)
         self.order = self.ranked(suite)
 
@@ -774,7 +777,7 @@ CALIBRATE_COLUMNS: list[Column] = [
     ("worst_family_share", "its share", _share),
     ("worst_family_bar", "its bar", _share),
     ("worst_open_family", "worst open group", str),
-    ("worst_open_gap", "its score vs the floor's", lambda v: "—" if v is None else f"{v:+.2f}"),
+    ("worst_open_gap", "its score vs the reference's", lambda v: "—" if v is None else f"{v:+.2f}"),
     ("meets_default", "default's bar", yes_no),
     ("meets_fast", "fast's bar", yes_no),
 ]
@@ -833,8 +836,8 @@ FloorBar = Annotated[
     bool,
     typer.Option(
         "--reference/--no-reference",
-        help="Judge against the noise floor (stock with 8-bit round-tripped weights): the "
-        "bar at a length or family is the lower of yours and what the floor keeps there.",
+        help="Judge against the 8-bit reference (stock with 8-bit round-tripped weights): the "
+        "bar at a length or family is the lower of yours and what the reference keeps there.",
     ),
 ]
 Ship = Annotated[
@@ -868,7 +871,7 @@ def calibrate(
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
-    (the bar relative to the noise floor).
+    (the bar relative to the 8-bit reference).
 
     It runs the cheapest work first and stops when the answer is known: stock mlx-lm (a
     registry model's answers are cached) and the 8-bit reference (--no-reference skips it) once

@@ -118,7 +118,7 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
 
 def test_smollm2_ships_the_default_its_calibration_left():
     """The gentle rule was chosen on SmolLM2 and was its default until its open-ended answers
-    at 4k fell below the noise floor on both splits (benchmarks/README.md, "SmolLM2 at 4k"):
+    at 4k fell below the 8-bit reference on both splits (benchmarks/README.md, "SmolLM2 at 4k"):
     SmolLM2 now runs whole by default, and its comparison strategies prune as that rule does."""
     assert calibrated("smollm2-135m")
     assert not resolve_preset("default", "smollm2-135m").prunes
