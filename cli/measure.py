@@ -84,22 +84,24 @@ BENCH_COLUMNS: list[Column] = [
 ]
 
 
+BenchPresets = Annotated[
+    str | None,
+    typer.Option(
+        "--lazy",
+        help="Presets to time next to stock mlx-lm, comma-separated (default: every one of "
+        "default, gentle, fast and the model's saved presets that prunes on it): any preset, "
+        "keep-all (lazymlx's engine keeping every token), static, random, or off (stock again).",
+        show_default=False,
+    ),
+]
+
+
 def bench(
     prompt_len: Annotated[
         str, typer.Option("--prompt-len", "-l", help="Prompt tokens: 512, 2k, 8k or a list 1k,2k.")
     ] = "2k",
     model: Model = DEFAULT_MODEL,
-    lazy: Annotated[
-        str | None,
-        typer.Option(
-            "--lazy",
-            help="Presets to time next to stock mlx-lm, comma-separated (default: every one of "
-            "default, gentle, fast and the model's saved presets that prunes on it): any preset, "
-            "keep-all (lazymlx's engine keeping every token), static, random, or off (stock "
-            "again).",
-            show_default=False,
-        ),
-    ] = None,
+    lazy: BenchPresets = None,
     gen_len: Annotated[
         int, typer.Option("--gen-len", "-n", min=1, help="Tokens to generate.")
     ] = 128,
