@@ -81,7 +81,8 @@ def card_table(paths: list[Path]) -> str:
     results, each with its modes' names then where a preset was renamed since ("modes":
     {then: now}; null leaves a mode out), and the presets that run short prompts whole
     ("runs_whole": {mode: the longest prompt, in tokens, that its floor or gate keeps whole}):
-    there a preset computes what stock does, so its rows are stock's own (`whole`)."""
+    there a preset computes what stock does, so its rows are stock's own (`whole`), and its bar
+    cell says so ("runs whole: stock's answers") rather than "met", which it is by construction."""
     return "\n\n".join(_card(path) for path in paths)
 
 
@@ -107,7 +108,8 @@ def _card(path: Path) -> str:
     paths = {kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")}
     renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
     runs = records(paths["eval"], renames["eval"])
-    for mode, tokens in card.get("runs_whole", {}).items():
+    whole_up_to = card.get("runs_whole", {})
+    for mode, tokens in whole_up_to.items():
         runs = whole(runs, mode, tokens)
     summary = _pooled_everywhere(summarize(runs))
     bench = bench_rows(paths["bench"], renames["bench"])
@@ -133,7 +135,7 @@ def _card(path: Path) -> str:
                 _accuracy(runs, row),
                 "—" if row is None or stock else kept(row),
                 "—" if row is None or stock else str(row["gained"]),
-                _bar(summary, row),
+                _bar(summary, row, whole_up_to.get(mode, 0)),
                 "—" if row is None else f"{row['compute_fraction']:.0%}",
                 *_speeds(timed, stock_runs),
             ]
@@ -174,13 +176,17 @@ def _accuracy(runs: list[Record], row: dict | None) -> str:
     return f"{right}/{scored} ({right / scored:.0%})"
 
 
-def _bar(summary: list[dict], row: dict | None) -> str:
+def _bar(summary: list[dict], row: dict | None, whole_up_to: int = 0) -> str:
     """The bar of lazymlx calibrate (`default_checks`), on these cases: the default after
     completion at its length, or, in its "all" row, at every length and in every family; `fast`
-    keeps 90% overall. The worst group is named."""
+    keeps 90% overall. The worst group is named. Where the preset runs every prompt of the row
+    whole (its lengths at most `whole_up_to` tokens), its rows are stock's: no bar to meet."""
     if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
         return "—"
     mode, length = row["mode"], row["length"]
+    lengths_run = {r["length"] for r in summary if r["mode"] == mode and r["length"] != ALL}
+    if max(lengths_run if length == ALL else {length}) <= whole_up_to:
+        return "runs whole: stock's answers"
     lengths, families = default_checks(summary, mode)
     if mode == "lazy:default" and length != ALL:
         checks = [check for check in lengths if check[0] == length]

@@ -57,20 +57,15 @@ ModelOption = Annotated[
         help="Registry name, mlx-lm model directory, .gguf file or hub id (owner/name).",
     ),
 ]
-MaxTokens = Annotated[
-    int, typer.Option("--max-tokens", "-n", min=1, help="Most tokens to generate.")
-]
-Temperature = Annotated[
-    float, typer.Option("--temp", min=0.0, help="Sampling temperature; 0 is greedy.")
-]
-TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")]
-TopK = Annotated[int, typer.Option("--top-k", min=0, help="Sample from the k likeliest; 0: all.")]
-MinP = Annotated[
-    float, typer.Option("--min-p", min=0.0, max=1.0, help="Drop tokens below min-p × the top one.")
-]
+# the values' limits are the one request check's (lazymlx/sampling.py), checked in _sampling
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")]
+Temperature = Annotated[float, typer.Option("--temp", help="Sampling temperature; 0 is greedy.")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Sample from the k likeliest; 0: all.")]
+MinP = Annotated[float, typer.Option("--min-p", help="Drop tokens below min-p × the top one.")]
 RepetitionPenalty = Annotated[
     float | None,
-    typer.Option("--repetition-penalty", min=0.0, help="Penalize repeats (mlx-lm's; e.g. 1.1)."),
+    typer.Option("--repetition-penalty", help="Penalize repeats (mlx-lm's; e.g. 1.1)."),
 ]
 Seed = Annotated[int | None, typer.Option("--seed", help="Random seed, for repeatable sampling.")]
 System = Annotated[
@@ -108,8 +103,8 @@ Lazy = Annotated[
     str,
     typer.Option(
         "--lazy",
-        help=f"LazyLLM pruning preset: {', '.join(PRESETS)} or one `lazymlx calibrate` saved. "
-        "'off' runs stock mlx-lm.",
+        help=f"LazyLLM pruning preset: {', '.join(PRESETS)} or one `lazymlx calibrate` saved; "
+        "off runs stock mlx-lm (keep-all: lazymlx's engine keeping every token).",
     ),
 ]
 
@@ -136,14 +131,20 @@ Readonly = Annotated[
 
 
 def _lazy_config(preset: str, model: str) -> LazyConfig | None:
-    """The engine's config for a preset name; 'off' means the stock mlx-lm path (the baseline),
-    except on a context-parallel group, where keep-all runs on the chain as a lazy context."""
+    """The engine's config for a preset name; 'off' is stock mlx-lm (None), which runs in one
+    process, so a context-parallel chain (which runs the engine's prompt step) refuses it."""
     from lazymlx import context_parallel, distributed
     from lazymlx.engine.presets import resolve_preset
 
+    if preset == "off":
+        if context_parallel.chain() is not None:
+            raise LazymlxError(
+                "--lazy off is stock mlx-lm, which runs in one process; on a --parallel "
+                "context chain run --lazy keep-all (lazymlx's engine keeping every token)"
+            )
+        return None
     # each rank reads its machine's saved presets: one that lacks this preset says so
-    config = distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
-    return None if preset == "off" and context_parallel.chain() is None else config
+    return distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
 
 
 def _calibration_note(preset: str, model: str) -> str | None:
@@ -306,18 +307,30 @@ def _main(
     """On-device LLM inference on MLX with LazyLLM token pruning."""
 
 
-def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed) -> dict:
-    if seed is not None:
-        import mlx.core as mx
+def _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens) -> dict:
+    """The sampling flags as stream_generate takes them, checked by the one request check
+    (lazymlx/sampling.py) before anything loads, a bad one named as its flag; the seed is
+    applied by _seed once the model is loaded (loading draws random numbers)."""
+    from lazymlx.sampling import check_sampling
 
-        mx.random.seed(seed)
-    return {
+    sampling = {
         "temp": temp,
         "top_p": top_p,
         "top_k": top_k,
         "min_p": min_p,
         "repetition_penalty": repetition_penalty,
     }
+    flags = sampling | {"seed": seed, "max_tokens": max_tokens}
+    check_sampling(flags, spell=lambda name: "--" + name.replace("_", "-"))
+    return sampling
+
+
+def _seed(seed: int | None) -> None:
+    """Seed MLX's sampling (none: leave it as it is)."""
+    if seed is not None:
+        import mlx.core as mx
+
+        mx.random.seed(seed)
 
 
 @app.command()
@@ -345,6 +358,7 @@ def chat(
 ) -> None:
     """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
     model = _one_model(name, model)
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens)
     preflight(model)
     from lazymlx.cli.chat import ChatFiles, answer
     from lazymlx.collectives import on_leader
@@ -358,13 +372,8 @@ def chat(
     config = _lazy_config(lazy, model)
     loaded = load_model(model)
     note, first = _first_use_note(lazy, model, loaded, quiet)
-    session = ChatSession(
-        *loaded,
-        system=system,
-        lazy=config,
-        max_tokens=max_tokens,
-        **_sampling(temp, top_p, top_k, min_p, repetition_penalty, seed),
-    )
+    _seed(seed)
+    session = ChatSession(*loaded, system=system, lazy=config, max_tokens=max_tokens, **sampling)
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
     if prompt is None:
         _chat_in_terminal(session, files, f"{model} · preset {lazy}", note, first, quiet, verbose)
@@ -440,6 +449,7 @@ def generate(
     model = _one_model(name, model)
     if prompt is None:
         raise LazymlxError("give the prompt with -p TEXT (or -p - to read it from stdin)")
+    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens)
     if readonly and not prompt_cache_file:
         raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
@@ -455,7 +465,7 @@ def generate(
     note, _ = _first_use_note(lazy, model, (loaded_model, tokenizer), quiet)
     if not quiet:
         _say_note(note)
-    sampling = _sampling(temp, top_p, top_k, min_p, repetition_penalty, seed)
+    _seed(seed)
     tokens = _prompt_tokens(tokenizer, prompt, system, raw)
     context = _generate_context(loaded_model, model, config, tokens, prompt_cache_file, readonly)
     text, last = _stream_answer(
@@ -679,12 +689,12 @@ def serve(
     from lazymlx.server import serve as run_server
 
     join_parallel(parallel, model)
-    config = _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
+    _lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
     with sock or contextlib.nullcontext():
         llm = LLM(
             lambda: _told(load_model(model), lazy, model),
-            lazy=lazy if config is None or lazy != "off" else config,  # context-parallel keep-all
+            lazy=lazy,
             context_bytes=int(context_gb * 1e9),
         )
         if sock is None:  # another rank of a group: it runs the requests rank 0 hands on

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lazymlx.cli.console import PromptProgress, err, error_line, write_text
 from lazymlx.contexts import context_file_exists
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
+from lazymlx.sampling import parse_value
 from lazymlx.session import ChatSession
 
 MULTILINE = '"""'
@@ -29,25 +28,10 @@ Ctrl-C stops the current answer (its stats line still shows); the chat goes on.
 An answer that repeats itself: Ctrl-C, then /set repetition_penalty 1.1."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    """A sampling setting `/set` changes: how its value reads, and which values it takes (the
-    command line's bounds for the same option, checked here so a bad value is refused at once
-    rather than failing the next answer)."""
-
-    parse: Callable[[str], float]
-    valid: Callable[[float], bool]
-    takes: str
-
-
-SETTINGS = {
-    "temp": Setting(float, lambda v: v >= 0, "a number >= 0 (0: greedy)"),
-    "top_p": Setting(float, lambda v: 0 < v <= 1, "a number above 0, at most 1"),
-    "top_k": Setting(int, lambda v: v >= 0, "a whole number >= 0 (0: all)"),
-    "min_p": Setting(float, lambda v: 0 <= v <= 1, "a number from 0 to 1"),
-    "repetition_penalty": Setting(float, lambda v: v > 0, "a number above 0 (1: none), e.g. 1.1"),
-    "max_tokens": Setting(int, lambda v: v >= 1, "a whole number >= 1"),
-}
+# the sampling settings `/set` changes, each checked by the one request check
+# (lazymlx/sampling.py), so a bad value is refused at once with the command line's limits
+# rather than failing the next answer
+SETTINGS = ("temp", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
 # the names ollama's chat and the command line's flags use for the same settings
 SETTING_ALIASES = {"temperature": "temp", "repeat_penalty": "repetition_penalty"}
 
@@ -93,15 +77,18 @@ class LineReader:
 def stats_line(response: Response, verbose: bool = False, stopped: bool = False) -> str:
     """One dim line under an answer, within 80 columns: `TTFT 2.4 s · 541 tok (520 cached) ·
     48% of the work · 14 tok/s · 0.6 GB`. The work share (the conversation's (token, layer)
-    work against stock's) shows only when pruning changed something, with the pruned tokens
-    this turn brought back. verbose: every figure, spelled out. stopped: the answer was cut
-    short (Ctrl-C), said after its decode speed in place of the peak memory, so the line keeps
-    its width and the TTFT of exactly the answers a user stops is not lost."""
-    lazy = response.lazy if response.lazy and response.lazy.pruned else None
+    work against stock's) shows when the engine ran, with the pruned tokens this turn brought
+    back, or `pruned nothing` where it ran whole; stock mlx-lm's line has none. verbose: every
+    figure, spelled out. stopped: the answer was cut short (Ctrl-C), said after its decode
+    speed in place of the peak memory, so the line keeps its width and the TTFT of exactly the
+    answers a user stops is not lost."""
+    lazy = response.lazy
     cached = f" ({response.cached_tokens} cached)" if response.cached_tokens else ""
     if verbose:
         work = ""
-        if lazy:
+        if lazy and not lazy.pruned:
+            work = " · pruned nothing (every token ran every layer)"
+        elif lazy:
             work = f" · context {lazy.work_share:.0%} of stock's layer work"
             if lazy.revived_tokens:
                 work += f", {lazy.revived_tokens} pruned tokens revived"
@@ -113,10 +100,8 @@ def stats_line(response: Response, verbose: bool = False, stopped: bool = False)
         )
     ttft = f"{response.ttft_s:.1f}" if response.ttft_s >= 1 else f"{response.ttft_s:.2f}"
     parts = [f"TTFT {ttft} s", f"{response.prompt_tokens} tok{cached}"]
-    if lazy and lazy.revived_tokens:
-        parts.append(f"{lazy.work_share:.0%} work, {lazy.revived_tokens} revived")
-    elif lazy:
-        parts.append(f"{lazy.work_share:.0%} of the work")
+    if lazy:
+        parts.append(lazy.said())
     if response.generation_tokens > 1:
         parts.append(f"{response.generation_tps:.0f} tok/s" + (", stopped" if stopped else ""))
     elif stopped:
@@ -228,14 +213,10 @@ def set_sampling(session: ChatSession, argument: str) -> None:
     if name not in SETTINGS:
         error_line(f"/set takes {', '.join(SETTINGS)}; got {name!r}")
         return
-    setting, value = SETTINGS[name], value.strip()
     try:
-        parsed = setting.parse(value)
-    except ValueError:
-        parsed = math.nan
-    if not (math.isfinite(parsed) and setting.valid(parsed)):
-        got = f"; got {value!r}" if value else ""
-        error_line(f"/set {name} takes {setting.takes}{got}")
+        parsed = parse_value(name, value.strip(), f"/set {name}")
+    except LazymlxError as error:
+        error_line(str(error))
         return
     session.generation[name] = parsed
     err.print(f"{name} {parsed}", style="dim", markup=False)

@@ -49,7 +49,7 @@ def _presets(text: str) -> list[str]:
         return []
     if not names:
         raise LazymlxError(
-            "no preset given to --lazy; name one or more (e.g. default,off), or none"
+            "no preset given to --lazy; name one or more (e.g. gentle,fast), or none"
         )
     return list(dict.fromkeys(names))
 
@@ -58,7 +58,7 @@ def _header(model: str, strategies, **settings) -> dict:
     """The run's header, with what each preset in it does."""
     from lazymlx.evals.bench import header
 
-    presets = {s.mode: s.config.describe() for s in strategies}
+    presets = {s.mode: s.config.describe() if s.config else "stock mlx-lm" for s in strategies}
     return header(model, **settings) | {"presets": presets}
 
 
@@ -77,9 +77,22 @@ BENCH_COLUMNS: list[Column] = [
     ("generation_tps", "gen tok/s", lambda v: f"{v:.1f}"),
     ("peak_memory_gb", "peak GB", seconds),
     ("compute_fraction", "work vs stock", percent),
+    ("pruned", "pruned", lambda v: "—" if v is None else "yes" if v else "nothing"),
     ("speedup", "speedup", ratio),
     ("answer_matches_baseline", "= baseline", yes_no),
     ("answer_correct", "answer right", yes_no),
+]
+
+
+BenchPresets = Annotated[
+    str | None,
+    typer.Option(
+        "--lazy",
+        help="Presets to time next to stock mlx-lm, comma-separated (default: every one of "
+        "default, gentle, fast and the model's saved presets that prunes on it): any preset, "
+        "keep-all (lazymlx's engine keeping every token), static, random, or off (stock again).",
+        show_default=False,
+    ),
 ]
 
 
@@ -88,14 +101,7 @@ def bench(
         str, typer.Option("--prompt-len", "-l", help="Prompt tokens: 512, 2k, 8k or a list 1k,2k.")
     ] = "2k",
     model: Model = DEFAULT_MODEL,
-    lazy: Annotated[
-        str,
-        typer.Option(
-            "--lazy",
-            help="Presets to time next to stock mlx-lm, comma-separated: default, off (the engine "
-            "keeping all), static, random, or a calibrated one.",
-        ),
-    ] = "default,off",
+    lazy: BenchPresets = None,
     gen_len: Annotated[
         int, typer.Option("--gen-len", "-n", min=1, help="Tokens to generate.")
     ] = 128,
@@ -115,6 +121,9 @@ def bench(
 ) -> None:
     """Time to first token and more, stock mlx-lm next to LazyLLM presets, on one prompt per length.
 
+    With no --lazy it times every preset that prunes on the model (a default that runs whole
+    would time stock against itself), and the header says which and why.
+
     Under mlx.launch with --parallel context every preset runs twice, on rank 0 alone (one
     process) and on the chain of all ranks, side by side; rank 0 prints the table.
     """
@@ -123,7 +132,8 @@ def bench(
 
     check_format(output)
     lengths = parse_lengths(prompt_len)
-    presets = [strategy(name, model) for name in _presets(lazy)]
+    names, compares = _bench_presets(lazy, model)
+    presets = [strategy(name, model) for name in names]
     ranks = _bench_group(parallel, model, presets, lengths)
     loaded, tokenizer = _load(model)
     strategies, where = _beside_the_chain(loaded, presets, ranks)
@@ -134,11 +144,34 @@ def bench(
             where=where,
         )  # fmt: skip
     head = _header(
-        model, presets, prompt=prompt, gen_len=gen_len, repeats=repeats,
+        model, presets, compares=compares, prompt=prompt, gen_len=gen_len, repeats=repeats,
         warmup="1 per mode, at the timed length", **_parallel_note(parallel, ranks),
     )  # fmt: skip
     columns = CHAIN_COLUMNS if ranks else BENCH_COLUMNS
     emit(output, head, _against_one_process(rows, ranks), columns)
+
+
+def _bench_presets(lazy: str | None, model: str) -> tuple[list[str], str]:
+    """The presets a bench times, and the header's line on what it compares and why: those
+    --lazy names, or with none every preset of the model's that prunes (default, gentle, fast
+    and any it ships or `lazymlx calibrate` saved for it), since a preset that runs every
+    prompt whole (a registry model's default today) would time stock against itself."""
+    from lazymlx.engine.presets import resolve_preset, saved_presets, shipped_presets
+
+    if lazy is not None:
+        return _presets(lazy), "stock mlx-lm beside the presets --lazy names"
+    names = ["default", "gentle", "fast", *shipped_presets(model), *saved_presets(model)]
+    names = list(dict.fromkeys(names))
+    pruning = [name for name in names if resolve_preset(name, model).prunes]
+    whole = [name for name in names if name not in pruning]
+    compares = (
+        f"stock mlx-lm beside every preset that prunes on {model} ({', '.join(pruning)}), "
+        "to show what each saves"
+    )
+    if whole:
+        them = "it runs" if len(whole) == 1 else "they run"
+        compares += f"; left out: {', '.join(whole)} ({them} every prompt whole: stock's work)"
+    return pruning, compares
 
 
 CHAIN_COLUMNS: list[Column] = [
@@ -167,6 +200,11 @@ def _bench_group(parallel: str, model: str, presets, lengths: list[int]) -> int:
             raise LazymlxError(
                 "bench --parallel context times presets on the chain; --lazy none leaves none "
                 "(stock mlx-lm runs on rank 0 alone)"
+            )
+        if any(s.config is None for s in presets):
+            raise LazymlxError(
+                "--lazy off is stock mlx-lm, which runs on rank 0 alone (the baseline row); "
+                "--lazy keep-all times lazymlx's engine keeping every token on the chain"
             )
         from lazymlx import collectives
         from lazymlx.context_parallel import MIN_SLICE
@@ -332,11 +370,12 @@ Baselines = Annotated[
     str | None,
     typer.Option("--baselines", help="Baseline cache file to read and add to (default: yours)."),
 ]
-FloorBeside = Annotated[
+ReferencesBeside = Annotated[
     bool,
     typer.Option(
         "--reference/--no-reference",
-        help="Run the noise floor beside: stock with its weights round-tripped through 8 bits.",
+        help="Run the two references beside: stock with its weights round-tripped through 8 "
+        "bits and through 4 bits (what most MLX users run).",
     ),
 ]
 RightOnly = Annotated[
@@ -366,7 +405,7 @@ def evaluate(
     baselines: Baselines = None,
     journal: Journal = None,
     resume: Resume = False,
-    reference: FloorBeside = False,
+    reference: ReferencesBeside = False,
     right_only: RightOnly = False,
     records: EvalRecords = None,
     output: Output = "md",
@@ -798,7 +837,9 @@ FastBar = Annotated[
 ]
 PresetName = Annotated[
     str,
-    typer.Option("--name", help="Save the choice as this preset (and the trade as NAME-fast)."),
+    typer.Option(
+        "--name", help="Save the choice as this preset (and the trades as NAME-gentle, NAME-fast)."
+    ),
 ]
 CalibrationLengths = Annotated[
     str, typer.Option("--lengths", "-l", help="Calibration context lengths.")
@@ -834,12 +875,13 @@ CalibrationRecords = Annotated[
     typer.Option("--records", help="Re-decide from an earlier run's --output json or --journal."),
 ]
 Save = Annotated[bool, typer.Option("--save/--no-save", help="Save the chosen presets.")]
-FloorBar = Annotated[
+ReferenceBar = Annotated[
     bool,
     typer.Option(
         "--reference/--no-reference",
-        help="Judge against the noise floor (stock with 8-bit round-tripped weights): the "
-        "bar at a length or family is the lower of yours and what the floor keeps there.",
+        help="Judge exact answers against the 8-bit reference (stock with 8-bit round-tripped "
+        "weights): the bar at a length or family is the lower of yours and what the reference "
+        "keeps there. Open answers are always judged against the 4-bit reference.",
     ),
 ]
 Ship = Annotated[
@@ -868,12 +910,12 @@ def calibrate(
     resume: Resume = False,
     records: CalibrationRecords = None,
     save: Save = True,
-    reference: FloorBar = True,
+    reference: ReferenceBar = True,
     ship: Ship = False,
     output: Output = "md",
 ) -> None:
     """Choose a default on calibration cases: the fastest candidate keeping the baseline's answers
-    (the bar relative to the noise floor).
+    (the bar relative to the 8-bit reference).
 
     It runs the cheapest work first and stops when the answer is known: stock mlx-lm (a
     registry model's answers are cached) and the 8-bit reference (--no-reference skips it) once
@@ -927,24 +969,51 @@ def _check_chosen(result, bar) -> None:
 
 
 def _save_choice(model: str, head: dict, result, bar, name: str, ship: bool) -> None:
-    """Save the chosen default and fast trade as the user's presets NAME and NAME-fast, or
-    (ship) write them into lazymlx's own data as a registry model's default and fast."""
+    """Save the chosen presets as the user's NAME, NAME-gentle and NAME-fast, or (ship) write
+    them into lazymlx's own data as a registry model's default, gentle and fast, each with how
+    it was chosen. Where no candidate met the default's bar the default runs whole, and gentle
+    is half of fast's pruning."""
     from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
-    from lazymlx.evals.calibrate import candidate_config
+    from lazymlx.evals.calibrate import candidate_config, gentler
     from lazymlx.models.registry import REGISTRY
 
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
     default = resolve_preset("default", model)
-    names = ("default", "fast") if ship else (name, f"{name}-fast")
-    for preset, chosen in zip(names, (result.chosen, result.fast), strict=True):
-        if chosen is not None:
-            # the run's date, or today's when re-deciding from --records
-            day = head.get("date") or datetime.date.today().isoformat()
-            details = {"candidate": chosen, "bar": vars(bar), "date": day}
-            keep = ship_preset if ship else save_preset
-            path = keep(model, preset, candidate_config(default, chosen), details)
-            err.print(
-                f"[green]saved:[/] preset {preset!r} ({chosen}) for {head.get('model', model)} "
-                f"in {path}; use it with --lazy {preset}"
-            )
+    day = head.get("date") or datetime.date.today().isoformat()  # today's when re-deciding
+    names = ("default", "gentle", "fast") if ship else (name, f"{name}-gentle", f"{name}-fast")
+    chosen = {"default": result.chosen or ("keep-all" if ship else None), "fast": result.fast}
+    made = {key: candidate_config(default, c) for key, c in chosen.items() if c is not None}
+    base = made["default"] if result.chosen else made.get("fast")
+    if base is not None:
+        made["gentle"] = gentler(base)
+    keep = ship_preset if ship else save_preset
+    for preset, key in zip(names, ("default", "gentle", "fast"), strict=True):
+        if key not in made:
+            continue
+        details = {
+            "candidate": chosen.get(key) or f"gentler({result.chosen or result.fast})",
+            "bar": vars(bar),
+            "date": day,
+            "how": _how(head, key, result),
+        }
+        path = keep(model, preset, made[key], details)
+        err.print(
+            f"[green]saved:[/] preset {preset!r} ({details['candidate']}) for "
+            f"{head.get('model', model)} in {path}; use it with --lazy {preset}"
+        )
+
+
+def _how(head: dict, preset: str, result) -> str:
+    """How a shipped preset was chosen, from the run's header: the rule, and what it rests on."""
+    rule = {
+        "default": "the fastest candidate meeting the default's bar"
+        if result.chosen
+        else "every prompt whole: no candidate met the default's bar",
+        "gentle": "half the pruning of "
+        + ("the default" if result.chosen else "the fast trade")
+        + " (lazymlx.evals.calibrate.gentler)",
+        "fast": "the fastest candidate keeping the fast trade's share of the exact answers",
+    }[preset]
+    rests = head.get("rests_on") or head.get("records", "its records")
+    return f"lazymlx calibrate: {rule}, on {rests}."

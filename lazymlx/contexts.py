@@ -269,8 +269,7 @@ def load_context(
         )
     preset = metadata["preset"]
     if (preset != "off") != (lazy is not None):
-        kind = "pruning on" if preset != "off" else "pruning off (stock mlx-lm)"
-        raise LazymlxError(f"{path} was saved with {kind}; load it with --lazy {preset}")
+        raise LazymlxError(f"{path} {_made_by(preset, model_name)}; load it with --lazy {preset}")
     cache = LazyState(model, entries) if lazy is not None else entries
     if lazy is None and len(entries) != len(make_prompt_cache(model)):
         raise LazymlxError(
@@ -287,6 +286,28 @@ def load_context(
     except json.JSONDecodeError:
         raise LazymlxError(f"{path} was not saved by lazymlx (its metadata is not ours)") from None
     return Context(cache, tokens, config=lazy), extra  # completed as `lazy` says, from now
+
+
+def _made_by(preset: str, model_name: str) -> str:
+    """What made a context file, as a refusal to continue it the other way says it: stock
+    mlx-lm ('off'), or the engine with a preset that prunes or (a default that runs whole) does
+    not, so a file saved under such a default is never said to have been pruned."""
+    from lazymlx.engine.presets import resolve_preset
+
+    if preset == "off":
+        return (
+            "holds stock mlx-lm's context (saved with --lazy off), which the engine cannot continue"
+        )
+    try:
+        prunes = resolve_preset(preset, model_name).prunes
+    except LazymlxError:  # a preset this machine does not have (saved on another)
+        what = ""
+    else:
+        what = ", which prunes" if prunes else ", which prunes nothing: it runs every prompt whole"
+    return (
+        f"holds lazymlx's engine's context (saved with --lazy {preset}{what}), which stock "
+        "mlx-lm (--lazy off) cannot continue"
+    )
 
 
 def _read(path: Path) -> tuple[list[Any], dict[str, str]]:

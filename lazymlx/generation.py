@@ -33,6 +33,7 @@ from lazymlx.engine.model import LazyModel, PromptCounts
 from lazymlx.engine.prefill import PREFILL_CHUNK
 from lazymlx.engine.templates import template_tail
 from lazymlx.errors import LazymlxError
+from lazymlx.sampling import check_sampling, check_value
 from lazymlx.worker import GENERATION_THREAD
 
 Prompt = str | Sequence[int] | mx.array
@@ -75,6 +76,17 @@ class LazyStats:
     def pruned(self) -> bool:
         """Whether pruning changed anything so far (else the figures say nothing)."""
         return self.work_share < 1 or self.revived_tokens > 0
+
+    def said(self) -> str:
+        """The figure a stats line gives (the chat's, generate's, the server's log line): the
+        share of stock's work with the pruned tokens brought back, or, where a preset runs
+        whole (a default that prunes nothing, a prompt under its floor), that it pruned
+        nothing, so a user who asked for pruning is never left to guess."""
+        if not self.pruned:
+            return "pruned nothing"
+        if self.revived_tokens:
+            return f"{self.work_share:.0%} work, {self.revived_tokens} revived"
+        return f"{self.work_share:.0%} of the work"
 
     @classmethod
     def of(cls, state: LazyState, counts: PromptCounts, prompt_tokens: int) -> LazyStats:
@@ -219,11 +231,11 @@ def check_request(
     unknown: str = "unknown keyword argument{s} {names}; stream_generate takes {takes}",
 ) -> None:
     """Refuse, before any work, a request the model cannot run: no room to generate, an option
-    not among `takes` (said with the `unknown` message), a prefill step of no tokens, a prompt
-    (after `cached` tokens of context) longer than the model's context, a token id or logit
-    bias outside its vocabulary. `LLM.submit` checks its requests here before queueing them."""
-    if max_tokens < 1:
-        raise LazymlxError(f"max_tokens must be at least 1, got {max_tokens}")
+    not among `takes` (said with the `unknown` message), a sampling value outside its limits
+    (lazymlx/sampling.py), a prefill step of no tokens, a prompt (after `cached` tokens of
+    context) longer than the model's context, a token id or logit bias outside its vocabulary.
+    `LLM.submit` checks its requests here before queueing them."""
+    check_value("max_tokens", max_tokens)
     names = sorted(set(options) - set(takes))
     if names:
         raise LazymlxError(
@@ -231,6 +243,7 @@ def check_request(
                 s="s" * (len(names) > 1), names=", ".join(names), takes=", ".join(sorted(takes))
             )
         )
+    check_sampling(options)
     if options.get("prefill_step_size", PREFILL_CHUNK) < 1:  # mlx-lm would loop forever
         raise LazymlxError(
             f"prefill_step_size must be at least 1, got {options['prefill_step_size']}"
@@ -252,11 +265,8 @@ def _sampling(
     frequency_penalty: float | None = None,
     logit_bias: dict[int, float] | None = None,
 ) -> dict[str, Any]:
-    """mlx-lm's sampler and logits processors for the sampling options."""
-    if temp < 0:
-        raise LazymlxError(f"temperature must be >= 0, got {temp}")
-    if not 0 < top_p <= 1:
-        raise LazymlxError(f"top_p must be in (0, 1], got {top_p}")
+    """mlx-lm's sampler and logits processors for the sampling options (check_request has
+    checked their values)."""
     processors = make_logits_processors(
         logit_bias,
         repetition_penalty,

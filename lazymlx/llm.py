@@ -240,7 +240,7 @@ class LLM:
         limit = context_limit(self.model)
         if fit_context and limit:
             max_tokens = max(1, min(max_tokens, limit - len(tokens)))
-        self._check(tokens, max_tokens, logprobs, options)
+        self._check(tokens, max_tokens, logprobs, options, seed)
         config = self.lazy if lazy is ... else resolve_lazy(lazy, self.name)
         if seed is not None:
             options["seed"] = seed
@@ -261,13 +261,20 @@ class LLM:
         return encode_prompt(self.tokenizer, prompt).tolist()
 
     def _check(
-        self, tokens: list[int], max_tokens: int, logprobs: int | None, options: dict[str, Any]
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        logprobs: int | None,
+        options: dict[str, Any],
+        seed: int | None,
     ) -> None:
         """Refuse a request before it is queued: stream_generate's checks (lazymlx/generation.py),
-        with submit's own arguments beside its options, then submit's own."""
+        the seed's limits among its sampling values, with submit's own arguments beside its
+        options, then submit's own."""
         takes = REQUEST_OPTIONS | SUBMIT_ARGUMENTS
         unknown = "unknown option {names}; submit takes {takes}"
-        check_request(self.model, tokens, max_tokens, options, takes=takes, unknown=unknown)
+        sampled = options | {"seed": seed}
+        check_request(self.model, tokens, max_tokens, sampled, takes=takes, unknown=unknown)
         if logprobs is not None and not 0 <= logprobs <= len(self.tokenizer):
             raise LazymlxError(f"logprobs is how many alternatives to give, >= 0; got {logprobs}")
         if self.leads:

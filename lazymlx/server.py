@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.llm import LLM, Stream
+from lazymlx.sampling import check_sampling
 
 log = logging.getLogger("lazymlx.server")
 
@@ -56,17 +57,18 @@ class _Body(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     model: str | None = None  # any name: the one loaded model answers, and the reply names it
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    logit_bias: dict[int, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    # the values' limits are the one request check's (lazymlx/sampling.py, LIMITED_FIELDS)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    seed: int | None = None
     stop: str | list[str] | None = Field(default=None, max_length=4)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -107,6 +109,14 @@ FIELDS_NOT_DONE: dict[str, tuple[list[Any], str]] = {
     "suffix": ([""], "does not insert text before a suffix; leave {} out"),
 }
 COMPLETIONS_ONLY = {"best_of", "echo", "suffix"}
+# the fields checked by the one request check (lazymlx/sampling.py), as its names for them
+LIMITED_FIELDS = {
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "temperature": "temp",
+    **{name: name for name in ("top_p", "top_k", "min_p", "repetition_penalty")},
+    **{name: name for name in ("presence_penalty", "frequency_penalty", "logit_bias", "seed")},
+}
 CHAT_ONLY = set(FIELDS_NOT_DONE) - COMPLETIONS_ONLY - {"n"}
 # labels and hints that change no answer, accepted as OpenAI accepts them (parallel_tool_calls:
 # there are no tools to call)
@@ -163,6 +173,16 @@ def _check_fields(body: _Body, chat: bool) -> None:
             raise Refusal(400, f"unknown field {name!r}; remove it", name)
     if chat and body.top_logprobs and not body.logprobs:
         raise Refusal(400, "top_logprobs needs logprobs: true", "top_logprobs")
+
+
+def _check_values(body: _Body) -> None:
+    """Refuse a sampling value, max_tokens or seed outside the one request check's limits
+    (lazymlx/sampling.py: the CLI's, the chat's and `LLM`'s too), naming the field."""
+    for field, name in LIMITED_FIELDS.items():
+        try:
+            check_sampling({name: getattr(body, field)}, spell=lambda _, field=field: field)
+        except LazymlxError as bad:
+            raise Refusal(400, str(bad), field) from None
 
 
 def _messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -377,12 +397,8 @@ class _Request:
             f"{usage['prompt_tokens_details']['cached_tokens']} cached",
             f"TTFT {ttft}" + (f" ({queued:.2f} s queued)" if queued >= 0.01 else ""),
         ]
-        if "work_share" in usage:
-            revived = usage["revived_tokens"]
-            parts.append(
-                f"{usage['work_share']:.0%} of the work"
-                + (f", {revived} revived" if revived else "")
-            )
+        if self.last and self.last.lazy:  # the engine ran: what it saved, or that it saved nothing
+            parts.append(self.last.lazy.said())
         parts.append(f"{usage['completion_tokens']} tok out")
         if "max_tokens" in usage:
             parts.append(f"max_tokens {usage['max_tokens_asked']} capped to {usage['max_tokens']}")
@@ -475,6 +491,7 @@ def _parsed(raw: bytes, schema: type[_Body], chat: bool) -> _Body:
     except ValueError as bad:  # not JSON, or not UTF-8
         raise Refusal(400, f"the body is not valid JSON ({bad})") from None
     _check_fields(body, chat)
+    _check_values(body)
     return body
 
 

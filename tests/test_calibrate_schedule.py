@@ -363,3 +363,14 @@ def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(
     early = CliRunner().invoke(app, [*args, "--resume"])
     assert early.exit_code == 0, early.output
     assert json.loads(early.stdout)["rests_on"].startswith("4 cases")
+
+
+def test_gentle_prunes_half_as_hard_as_the_rule_it_comes_from():
+    from lazymlx.evals.calibrate import gentler
+
+    fixed = candidate_config(PRESETS["gentle"], "0.4@24% 0.6@57% sparse")
+    assert gentler(fixed).schedule == ((0.24, 0.7), (0.57, 0.8))
+    assert gentler(fixed).decode == "sparse"
+    mass = candidate_config(PRESETS["gentle"], "mass0.9 1@24% 1@57% least0.02")
+    assert (gentler(mass).mass, gentler(mass).least) == pytest.approx((0.95, 0.04))
+    assert gentler(mass).schedule == mass.schedule

@@ -27,7 +27,7 @@ from lazymlx.models.tiny import write_tiny_model
 from lazymlx.watchdog import Watchdog
 
 WORKER = Path(__file__).parent / "context_parallel_worker.py"
-CONFIGS = "off,pruning,static,mass"
+CONFIGS = "keep-all,pruning,static,mass"
 
 
 def test_earlier_slices_get_more_tokens_so_every_rank_costs_the_same():
@@ -117,7 +117,7 @@ def test_a_chain_builds_the_context_one_process_builds(six_layers, tmp_path, ran
     for name in CONFIGS.split(","):
         mine, theirs = chain[name], alone[name]
         assert mine["tokens"] == theirs["tokens"] and mine["turn"] == theirs["turn"], name
-        if name != "off":  # stock's prefill leaves the last token to the first decode step
+        if name != "keep-all":  # stock's forward pass leaves the last token to the first decode
             assert mine["record"] == theirs["record"], name
         gap = np.abs(np.array(mine["logprobs"]) - np.array(theirs["logprobs"])).max()
         assert gap < 1e-4, (name, gap)
@@ -272,6 +272,7 @@ BENCH_REFUSALS = [
     (["--parallel", "sideways"], "--parallel is tensor or context, got 'sideways'"),
     (["--parallel", "context", "--lazy", "none"], "bench --parallel context times presets"),
     (["--parallel", "context", "-l", "100"], "a 100-token prompt is too short for a chain of 2"),
+    (["--parallel", "context", "--lazy", "gentle,off"], "--lazy off is stock mlx-lm, which"),
 ]
 
 
@@ -303,7 +304,7 @@ def test_bench_on_a_chain_outside_mlx_launch_is_one_error_line(monkeypatch, caps
 
 
 # fast: the built-in default's 1,024-token floor would run a 600-token prompt whole
-BENCH = ["-l", "600", "--lazy", "fast,off", "-n", "3", "--output", "json"]
+BENCH = ["-l", "600", "--lazy", "fast,keep-all", "-n", "3", "--output", "json"]
 
 
 def bench_errors(err: str) -> list[str]:
@@ -321,7 +322,7 @@ def test_bench_on_a_chain_times_each_preset_beside_one_process(six_layers):
     data = json.loads(out)
     assert data["parallel"].startswith("context: each preset on rank 0 alone and on a chain of 2")
     rows = data["rows"]
-    modes = ["lazy:fast", "lazy:fast on 2 ranks", "lazy:off", "lazy:off on 2 ranks"]
+    modes = ["lazy:fast", "lazy:fast on 2 ranks", "lazy:keep-all", "lazy:keep-all on 2 ranks"]
     assert [row["mode"] for row in rows] == ["baseline", *modes]
     assert [row["ranks"] for row in rows] == [1, 1, 2, 1, 2]
     for alone, chained in (rows[1:3], rows[3:5]):
@@ -338,7 +339,7 @@ def test_bench_under_mlx_launch_in_tensor_mode_splits_the_model(tiny_model_dir):
     assert bench_errors(err) == [], err
     data = json.loads(out)
     assert data["parallel"] == "tensor: the model split over 2 ranks, every row"
-    assert [row["mode"] for row in data["rows"]] == ["baseline", "lazy:fast", "lazy:off"]
+    assert [row["mode"] for row in data["rows"]] == ["baseline", "lazy:fast", "lazy:keep-all"]
     assert data["rows"][2]["answer_matches_baseline"]
 
 

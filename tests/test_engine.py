@@ -65,7 +65,7 @@ def quantized(model):
 @pytest.mark.parametrize(
     "config",
     [LazyConfig(), ENGINE_KEEP_ALL, FLOORED, MASS_KEEP_ALL],
-    ids=["off", "engine-prefill", "floor", "mass-1"],
+    ids=["keep-all", "engine-prefill", "floor", "mass-1"],
 )
 @pytest.mark.parametrize("chunk", [2048, 32])
 def test_keep_all_reproduces_stock_mlx_lm(make_model, config, chunk):
@@ -710,7 +710,7 @@ def window_rows(state: LazyState) -> list[int]:
 @pytest.mark.parametrize(
     "config",
     [LazyConfig(), ENGINE_KEEP_ALL, FLOORED, MASS_KEEP_ALL],
-    ids=["off", "engine-prefill", "floor", "mass-1"],
+    ids=["keep-all", "engine-prefill", "floor", "mass-1"],
 )
 def test_sliding_window_layers_keep_about_a_window_and_stay_stock(monkeypatch, config):
     """Gemma 3's local layers see the last 24 positions here: rows older than every query still

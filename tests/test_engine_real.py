@@ -20,7 +20,7 @@ pytestmark = pytest.mark.real_model
     # keep-all through mlx-lm's forward pass, and through the lazy prompt step (a ratio that
     # rounds up to every token of a prompt this short)
     [LazyConfig(), LazyConfig(schedule=((0.5, 0.999),))],
-    ids=["off", "engine-prefill"],
+    ids=["keep-all", "engine-prefill"],
 )
 def test_keep_all_reproduces_stock_mlx_lm(real, config):
     model, tokenizer = real

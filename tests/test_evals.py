@@ -221,7 +221,7 @@ def test_right_cases_are_those_the_baseline_answers_and_uncached_ones_run_first(
     assert picked == [right]  # the random model misses the uncached one; free-form has no gold
     assert ran == [(2, "baseline")] and cache.get(uncached) is not None  # run once, then cached
     # a baseline this process ran first is timed beside the preset; one from another run is not
-    keep_all = Strategy("lazy:off", LazyConfig())
+    keep_all = Strategy("lazy:keep-all", LazyConfig())
     (_, here) = evaluate(model, tokenizer, [uncached], [keep_all], cache)
     assert here.baseline_ttft_s is not None and here.baseline_ttft_s > 0
     again = BaselineCache(model, tmp_path / "baselines.json")
@@ -588,11 +588,11 @@ def test_open_cases_run_through_the_eval_and_keep_all_keeps_stocks_answer(tiny, 
         replace(make_case(family, tokenizer, 600, 0, "calibration"), max_tokens=8)
         for family in ("summary", "completion")
     ]
-    keep_all = Strategy("lazy:off", LazyConfig())
+    keep_all = Strategy("lazy:keep-all", LazyConfig())
     cache = BaselineCache(model, tmp_path / "baselines.json")
     judge = Judge(model, tmp_path / "judge")
     records = evaluate(model, tokenizer, cases, [keep_all], cache, judge=judge)
-    assert [r.mode for r in records] == ["baseline", "lazy:off"] * 2  # one chat turn: no twin
+    assert [r.mode for r in records] == ["baseline", "lazy:keep-all"] * 2  # one chat turn: no twin
     for record in records:
         assert record.score == 1 and record.correct is None and record.baseline_correct is None
         assert record.nll is not None and record.nll >= 0

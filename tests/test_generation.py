@@ -74,9 +74,9 @@ def test_sampling_with_temperature_is_seeded(tiny):
     ("kwargs", "message"),
     [
         ({"prompt": "", "max_tokens": 4}, "the prompt is empty"),
-        ({"prompt": "hi", "max_tokens": 0}, "max_tokens must be at least 1"),
-        ({"prompt": "hi", "temp": -1.0}, "temperature must be >= 0"),
-        ({"prompt": "hi", "top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"prompt": "hi", "max_tokens": 0}, "max_tokens takes a whole number >= 1; got 0"),
+        ({"prompt": "hi", "temp": -1.0}, "temp takes a number >= 0"),
+        ({"prompt": "hi", "top_p": 0.0}, "top_p takes a number above 0, at most 1"),
         ({"prompt": mx.zeros((2, 3), dtype=mx.uint32)}, "batch size 1"),
         ({"prompt": [5] * 2049}, "needs 2049 tokens of context but the model handles at most 2048"),
     ],

@@ -36,7 +36,7 @@ def test_invalid_fields_are_clear_errors(kwargs, message):
 
 
 def test_presets():
-    assert not resolve_preset("off", None).prunes
+    assert not resolve_preset("keep-all", None).prunes
     assert not resolve_preset("default", None).prunes  # uncalibrated: every prompt whole
     gentle = resolve_preset("gentle", None)
     assert gentle.prunes
@@ -44,7 +44,8 @@ def test_presets():
     assert min(depth for depth, _ in gentle.schedule) >= 0.2
     with pytest.raises(
         LazymlxError,
-        match="unknown lazy preset 'turbo' for this model; choose one of: off, default",
+        match=r"unknown lazy preset 'turbo' for this model; choose one of: off \(stock mlx-lm\), "
+        "keep-all, default",
     ):
         resolve_preset("turbo", None)
 

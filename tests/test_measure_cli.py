@@ -48,7 +48,7 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
             "--prompt-len",
             "1100,1200",
             "--lazy",
-            "off,gentle,static,random",
+            "keep-all,gentle,static,random",
             "--gen-len",
             "4",
             "--repeats",
@@ -59,14 +59,14 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
     )
     assert {"device", "model", "mlx", "mlx_lm", "lazymlx", "blas", "rows"} <= set(data)
     modes = [row["mode"] for row in data["rows"]]
-    assert modes == ["baseline", "lazy:off", "lazy:gentle", "static", "random"] * 2
+    assert modes == ["baseline", "lazy:keep-all", "lazy:gentle", "static", "random"] * 2
     for row in data["rows"]:
         assert set(row) >= BENCH_ROW_KEYS
         assert row["repeats"] == 2 and row["ttft_s"] > 0 and row["ttft_std"] >= 0
         assert row["prompt_tokens"] <= (1100 if data["rows"].index(row) < 5 else 1200)
-    baseline, off, default, static, random = data["rows"][:5]
+    baseline, keep_all, default, static, random = data["rows"][:5]
     assert baseline["speedup"] == 1 and baseline["compute_fraction"] == 1
-    assert off["answer_matches_baseline"] and off["compute_fraction"] == 1
+    assert keep_all["answer_matches_baseline"] and keep_all["compute_fraction"] == 1
     assert default["compute_fraction"] < 1
     # the comparison strategies prune at the same schedule: the same work, other tokens
     assert static["compute_fraction"] == random["compute_fraction"] == default["compute_fraction"]
@@ -80,6 +80,45 @@ def test_bench_csv_and_table(tiny_model_dir: Path):
     table = invoke(*args)
     assert "device: " in table and "| mode " in table and "| lazy:gentle " in table
     assert "presets: lazy:gentle: keep 20% at 67%" in table
+
+
+def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_model_dir: Path):
+    """The tiny model is not calibrated: its default runs whole, so it is left out, and gentle's
+    1,024-token floor runs a 600-token prompt whole, which its row says."""
+    from lazymlx.engine.presets import saved_presets
+
+    # presets other tests saved for this model are the user's: those that prune are timed too
+    saved = saved_presets(str(tiny_model_dir))
+    pruning = ["gentle", "fast", *(name for name, c in saved.items() if c.prunes)]
+    whole = ["default", *(name for name, c in saved.items() if not c.prunes)]
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2")
+    data = json.loads(invoke(*args, "--output", "json"))
+    assert [row["mode"] for row in data["rows"]] == ["baseline"] + [f"lazy:{n}" for n in pruning]
+    them = "it runs" if len(whole) == 1 else "they run"
+    assert data["compares"] == (
+        f"stock mlx-lm beside every preset that prunes on {tiny_model_dir} "
+        f"({', '.join(pruning)}), to show what each saves; left out: {', '.join(whole)} "
+        f"({them} every prompt whole: stock's work)"
+    )
+    baseline, gentle, fast = data["rows"][:3]
+    assert (baseline["pruned"], gentle["pruned"], fast["pruned"]) == (None, False, True)
+    table = invoke(*args)
+    assert "compares: stock mlx-lm beside every preset that prunes" in table
+    assert "| pruned " in table and "| nothing " in table and "| yes " in table
+
+
+def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
+    from lazymlx.evals.measure import strategy
+
+    assert strategy("off", str(tiny_model_dir)).config is None
+    assert not strategy("keep-all", str(tiny_model_dir)).config.prunes
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "--lazy", "off,keep-all")
+    data = json.loads(invoke(*args, "--output", "json"))
+    assert data["presets"] == {
+        "lazy:off": "stock mlx-lm",
+        "lazy:keep-all": resolve_preset("keep-all", None).describe(),
+    }
+    assert [row["pruned"] for row in data["rows"]] == [None, None, False]
 
 
 def test_bench_prompt_kinds(tiny, tmp_path: Path):
@@ -106,19 +145,19 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
     args = [
         "eval", "-m", str(tiny_model_dir), "--families", "passkey,kept,freeform-text",
         "--lengths", "1000",
-        "--cases", "2", "--lazy", "off,random", "--baselines", str(cache),
+        "--cases", "2", "--lazy", "keep-all,random", "--baselines", str(cache),
         "--journal", str(journal), "--output", "json",
     ]  # fmt: skip
     data = json.loads(invoke(*args))
     assert data["split"] == "validation" and data["baselines_run"] == 6
     rows = {(r["family"], r["length"], r["mode"]): r for r in data["rows"]}
-    for mode in ("baseline", "lazy:off", "random"):
+    for mode in ("baseline", "lazy:keep-all", "random"):
         for family in ("passkey", "kept", "all"):
             row = rows[family, 1000, mode]
             assert row["cases"] == (6 if family == "all" else 2)
             assert {"baseline_right", "kept", "kept_low", "kept_high", "gained"} <= set(row)
         assert rows["all", 1000, mode]["compute_fraction"] <= 1
-    assert rows["all", 1000, "lazy:off"]["identical"] == 1  # keep-all is the baseline
+    assert rows["all", 1000, "lazy:keep-all"]["identical"] == 1  # keep-all is the baseline
     # random also runs the 2 kept cases with no idle time (it completes between turns)
     assert rows["kept", 1000, "random no-idle"]["cases"] == 2
     assert len(data["cases"]) == 20 == len(journal.read_text().splitlines())
@@ -131,7 +170,7 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
     assert len(tallied["cases"]) == 40 and tallied["rows"][0]["cases"] == 4
     table = invoke("eval", "--records", str(journal))
     assert "| family " in table and "kept or free-form agreement [95% CI]" in table
-    free = rows["freeform-text", 1000, "lazy:off"]  # keep-all continues as the baseline does
+    free = rows["freeform-text", 1000, "lazy:keep-all"]  # keep-all continues as stock does
     assert free["identical"] == 1 and free["agreed_interval"] == [free["agreed_tokens"]] * 2
     assert f"{free['agreed_tokens']:.1f} tok [" in table
 
@@ -147,15 +186,15 @@ def test_eval_resume_runs_only_what_the_journal_lacks(tiny_model_dir: Path, tmp_
         ]  # fmt: skip
         return json.loads(invoke(*args))
 
-    first = run("1", "off")  # an interrupted run: one case a family
+    first = run("1", "keep-all")  # an interrupted run: one case a family
     assert first["resumed"] == 0 and first["baselines_run"] == 2
-    later = run("2", "off,random")  # goes on: a second case a family, and another preset
+    later = run("2", "keep-all,random")  # goes on: a second case a family, and another preset
     assert later["resumed"] == 4 and later["baselines_run"] == 2 and later["baselines_cached"] == 2
-    assert len(later["cases"]) == 12  # 4 cases x (baseline, off, random)
+    assert len(later["cases"]) == 12  # 4 cases x (baseline, keep-all, random)
     rows = [json.loads(line) for line in journal.read_text().splitlines()]
     keys = [(r["family"], r["seed"], r["mode"]) for r in rows]
     assert len(keys) == len(set(keys)) == 12  # nothing written twice
-    assert run("2", "off,random")["resumed"] == 12  # all done: nothing runs
+    assert run("2", "keep-all,random")["resumed"] == 12  # all done: nothing runs
     assert len(journal.read_text().splitlines()) == 12
     with pytest.raises(SystemExit) as exit_info:
         main(["eval", "-m", str(tiny_model_dir), "--resume"])
@@ -171,7 +210,7 @@ def test_eval_right_only_runs_presets_on_the_baselines_right_answers_alone(
     cache = tmp_path / "baselines.json"
     args = [
         "eval", "-m", str(tiny_model_dir), "--families", "passkey,code", "--lengths", "1000",
-        "--cases", "2", "--lazy", "off", "--baselines", str(cache), "--output", "json",
+        "--cases", "2", "--lazy", "keep-all", "--baselines", str(cache), "--output", "json",
     ]  # fmt: skip
     everything = json.loads(invoke(*args))
     cases = {(c["family"], c["seed"]) for c in everything["cases"]}
@@ -186,7 +225,7 @@ def test_eval_right_only_runs_presets_on_the_baselines_right_answers_alone(
     assert right["right_only"] and right["baselines_cached"] == 4 and right["baselines_run"] == 0
     assert {(c["family"], c["seed"], c["mode"]) for c in right["cases"]} == {
         ("passkey", seed, "baseline"),
-        ("passkey", seed, "lazy:off"),
+        ("passkey", seed, "lazy:keep-all"),
     }
     assert {(r["family"], r["baseline_right"]) for r in right["rows"]} == {
         ("passkey", 1),
@@ -220,6 +259,9 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     assert not any(r["meets_default"] for r in candidates[:-1])
     assert data["fast"] == candidates[0]["mode"]
     assert resolve_preset("mine", model).prunes and resolve_preset("mine-fast", model).prunes
+    # gentle: half the default's pruning, written beside it by the same command
+    mine, gentle = resolve_preset("mine", model), resolve_preset("mine-gentle", model)
+    assert gentle.schedule == tuple((d, (1 + r) / 2) for d, r in mine.schedule)
     recorded = tmp_path / "calibration.json"  # re-decided from the JSON, running nothing
     recorded.write_text(json.dumps(data))
     again = json.loads(

@@ -26,7 +26,7 @@ def test_bench_smoke_on_the_default_model(real):
             "--prompt-len",
             "512",
             "--lazy",
-            "off,default,fast,static,random",
+            "keep-all,default,fast,static,random",
             "--gen-len",
             "8",
             "--output",
@@ -35,12 +35,19 @@ def test_bench_smoke_on_the_default_model(real):
     )
     assert data["model"] == "smollm2-135m" and data["blas"] == "OpenBLAS"
     rows = {row["mode"]: row for row in data["rows"]}
-    assert list(rows) == ["baseline", "lazy:off", "lazy:default", "lazy:fast", "static", "random"]
+    assert list(rows) == [
+        "baseline",
+        "lazy:keep-all",
+        "lazy:default",
+        "lazy:fast",
+        "static",
+        "random",
+    ]
     for row in rows.values():
         assert set(row) >= BENCH_ROW_KEYS and row["prompt_tokens"] <= 512
     assert rows["baseline"]["answer_correct"]  # the passkey prompt is answerable
-    assert rows["lazy:off"]["answer_matches_baseline"]
-    assert rows["lazy:off"]["compute_fraction"] == 1
+    assert rows["lazy:keep-all"]["answer_matches_baseline"]
+    assert rows["lazy:keep-all"]["compute_fraction"] == 1
     assert rows["lazy:default"]["compute_fraction"] == 1
     assert rows["lazy:default"]["answer_matches_baseline"]
     assert rows["lazy:fast"]["compute_fraction"] < 0.7

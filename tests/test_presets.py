@@ -32,7 +32,9 @@ def no_saved_presets():
 
 
 def test_builtin_presets_and_the_comparison_strategies():
-    assert resolve_preset("off", "any-model") == LazyConfig()
+    assert resolve_preset("keep-all", "any-model") == LazyConfig()
+    with pytest.raises(LazymlxError, match="'off' is stock mlx-lm, not a preset of the engine"):
+        resolve_preset("off", "any-model")  # stock has no config: lazy=None
     # an uncalibrated model runs whole; the strategies compared with a default that prunes
     # nothing follow the gentle rule instead
     default = resolve_preset("default", "any-model")
@@ -84,7 +86,8 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
 def test_preset_errors():
     with pytest.raises(
         LazymlxError,
-        match="choose one of: off, default, gentle, fast, sparse, paper, static, random",
+        match="choose one of: off \\(stock mlx-lm\\), keep-all, default, gentle, fast, sparse, "
+        "paper, static, random",
     ):
         resolve_preset("turbo", "m")
     with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
@@ -115,7 +118,7 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
 
 def test_smollm2_ships_the_default_its_calibration_left():
     """The gentle rule was chosen on SmolLM2 and was its default until its open-ended answers
-    at 4k fell below the noise floor on both splits (benchmarks/README.md, "SmolLM2 at 4k"):
+    at 4k fell below the 8-bit reference on both splits (benchmarks/README.md, "SmolLM2 at 4k"):
     SmolLM2 now runs whole by default, and its comparison strategies prune as that rule does."""
     assert calibrated("smollm2-135m")
     assert not resolve_preset("default", "smollm2-135m").prunes
@@ -144,7 +147,7 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             # the config shipped is the candidate's schedule, as calibrate built it
             schedule = candidate_config(PRESETS["gentle"], candidate).schedule
             assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == schedule
-            if candidate == "off":  # no candidate held: every prompt whole (Qwen's default)
+            if candidate == "keep-all":  # no candidate held: every prompt whole (Qwen's default)
                 assert not resolve_preset(name, model).prunes
                 continue
             # a candidate's name says how it decodes

@@ -34,7 +34,7 @@ def is_quantized(model: nn.Module) -> bool:
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["off", "engine"])
+@pytest.mark.parametrize("config", [LazyConfig(), ENGINE_KEEP_ALL], ids=["keep-all", "engine"])
 def test_keep_all_reproduces_stock_on_quantized_weights(bits: int, config: LazyConfig):
     model = quantized(random_model("llama"), bits)
     assert_keep_all_reproduces_stock(model, random_tokens(150), config=config)

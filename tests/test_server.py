@@ -461,6 +461,8 @@ def test_each_request_is_logged_once_with_what_it_cost(client, caplog):
     )
     assert " · 3 tok out · length · " in done[0]
     assert ("% of the work" in done[0]) == ("work_share" in usage.model_extra)
+    # the engine ran (the server's preset prunes): a prompt it ran whole says so
+    assert ("pruned nothing" in done[0]) == ("work_share" not in usage.model_extra)
     assert any(line.startswith("POST /v1/completions 400 · n: this server") for line in lines)
 
 

@@ -176,4 +176,13 @@ def test_card_shows_stocks_rows_where_a_preset_runs_prompts_whole(tmp_path):
     shown = card_rows(tmp_path, card)
     assert shown["1024", "lazy:default"][2:4] == ["3/4 (75%)", "3/3 (100%, 44%-100%)"]
     assert shown["1024", "lazy:default"][6] == "100%"
+    # stock's rows keep stock's answers by construction: the card says so, not "met"
+    assert shown["1024", "lazy:default"][5] == "runs whole: stock's answers"
     assert shown["2048", "lazy:default"][3].startswith("1/2 (50%")
+    assert shown["2048", "lazy:default"][5].startswith("not met")
+    assert shown["all", "lazy:default"][5].startswith("not met")  # 2k prunes
+    card["runs_whole"] = {"lazy:default": 1_000_000}  # a default that runs every prompt whole
+    shown = card_rows(tmp_path, card)
+    assert {shown[n, "lazy:default"][5] for n in ("1024", "2048", "all")} == {
+        "runs whole: stock's answers"
+    }

@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    config, off = preset(args.mode), resolve_preset("off", None)
+    config, off = preset(args.mode), resolve_preset("keep-all", None)
     model = build(args.shape)
     report = header("random-weight Llama shapes, bf16", shape=args.shape, mode=args.mode)
     report |= {"schedule": config.describe(), "lengths": [], "rope": []}

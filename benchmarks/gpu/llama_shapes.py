@@ -8,7 +8,7 @@ all modes back to back; each run reports TTFT, decode tok/s over `--gen-len` tok
 first, the wall time of the whole answer, peak memory and the prefill compute fraction.
 
     PYTHONPATH=/tmp/site python3 benchmarks/gpu/llama_shapes.py --shapes 1b,8b --lengths 8k,32k \
-        --modes baseline,off,default,fast,qwen2.5-coder-0.5b:default --gen-len 256 --repeats 2 \
+        --modes baseline,keep-all,default,fast,qwen2.5-coder-0.5b:default --gen-len 256 --repeats 2 \
         --output $OUT/gpu.json
 
 `--bits 4` quantizes the weights as mlx-community's 4-bit models are (group 64), activations bf16.
@@ -117,7 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1b,8b")
     parser.add_argument("--lengths", default="8k,32k")
-    parser.add_argument("--modes", default="baseline,off,default,fast,qwen2.5-coder-0.5b:default")
+    parser.add_argument(
+        "--modes", default="baseline,keep-all,default,fast,qwen2.5-coder-0.5b:default"
+    )
     parser.add_argument("--gen-len", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--bits", type=int, default=0, help="quantize the weights (4, 8)")

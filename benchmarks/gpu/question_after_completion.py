@@ -1,7 +1,7 @@
 """Why a completed lazy context's first question was slow on a GPU, and that it no longer is.
 
 Three 64-token questions in a row over one context, each one's TTFT: stock mlx-lm's KV cache, a
-lazy context that pruned nothing (preset "off"), and one pruned by Qwen2.5-Coder's calibrated
+lazy context that pruned nothing (preset "keep-all", then named "off"), and one pruned by Qwen2.5-Coder's calibrated
 default and completed by idle `fill` units, as the apps run them. Two variants of the completed
 one test where a first question's extra time came from: the allocator (`mx.clear_cache()`
 after completion) and the stream (completion on mlx-lm's generation stream, where the question
@@ -60,7 +60,7 @@ def main() -> None:
     }
     print("#", shape, length, settings, flush=True)
     model = build(shape)
-    config, off = preset("qwen2.5-coder-0.5b:default"), preset("off")
+    config, off = preset("qwen2.5-coder-0.5b:default"), preset("keep-all")
     document = mx.random.randint(0, 128256, (length,))
     asked = [mx.random.randint(0, 128256, (64,), key=mx.random.key(i)) for i in range(3)]
     for _ in range(2):

@@ -243,7 +243,7 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 FLOOR_TOKENS = 1024
 
 PRESETS: dict[str, LazyConfig] = {
-    "off": LazyConfig(),
+    "keep-all": LazyConfig(),  # the engine keeping every token (stock's is lazy=None, "off")
     # A model with no calibrated presets runs every prompt whole: the gentle rule fell short of
     # the noise floor on Qwen2.5-Coder's open-ended answers at 2k, 4k and 8k (benchmarks/
     # README.md), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each
@@ -277,7 +277,7 @@ def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
     return replace(config, selection=selection, decode="sparse", prompt_revive=False)
 
 
-# Presets defined from the default, so they follow a model's calibrated default too.
+# Presets derived from a model's pruning_base (its default where that prunes, else its gentle).
 DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     # decoding revives nothing: the new token attends to the KV the prompt step left
     "sparse": lambda default: replace(default, decode="sparse"),

@@ -1,10 +1,11 @@
 """Preset lookup: a model's calibrated presets, then the built-in ones.
 
 Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
-model). Each registry model's ship with lazymlx (lazymlx/engine/calibrated/NAME.json, written by
-`lazymlx calibrate --ship`); a user's own (`lazymlx calibrate`) are stored per model name in one
-JSON file beside the converted models, written atomically so an interrupted save never leaves a
-half-written file, and come first.
+model). Each registry model's ship with lazymlx in lazymlx/engine/calibrated/NAME.json:
+`lazymlx calibrate --ship` writes a model's default and fast there, and Gemma 3's gentle (its
+former default) was kept there by hand. A user's own (`lazymlx calibrate`) are stored per model
+name in one JSON file beside the converted models, written atomically so an interrupted save
+never leaves a half-written file, and come first.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def preset_names(model: str) -> list[str]:
 def resolve_preset(name: str, model: str | None) -> LazyConfig:
     """A preset for this model: the user's calibrated ones first, then those lazymlx ships for
     it, then the built-in ones (only those for a model without a name). Every entry point
-    (the CLI, `LLM`, `generate(lazy=...)`) resolves names here.
+    (the CLI, `LLM`, `generate(lazy=...)`) resolves names here, but "off": that is stock
+    mlx-lm (no config, lazy=None), which each entry point runs itself.
 
     The presets derived from `default` (sparse, paper, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
@@ -103,9 +105,14 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
         )
     if name in PRESETS:
         return PRESETS[name]
+    if name == "off":
+        raise LazymlxError(
+            "'off' is stock mlx-lm, not a preset of the engine: run it with lazy=None (or "
+            "--lazy off); keep-all is the engine keeping every token"
+        )
     raise LazymlxError(
         f"unknown lazy preset {name!r} for {model or 'this model'}; choose one of: "
-        f"{', '.join(PRESETS if model is None else preset_names(model))}"
+        f"off (stock mlx-lm), {', '.join(PRESETS if model is None else preset_names(model))}"
     )
 
 
@@ -120,7 +127,7 @@ def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
     """Store a calibrated preset for a model (replacing one of the same name), atomically."""
-    if name == "off" or name in DERIVED:
+    if name in ("off", "keep-all") or name in DERIVED:
         raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}

@@ -144,6 +144,7 @@ def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -
         "generation_tokens": len(first.tokens),
         "peak_memory_gb": max(r.peak_memory_gb for r in runs),
         "compute_fraction": first.compute_fraction,
+        "pruned": first.pruned,
         "speedup": statistics.mean(r.ttft_s for r in baseline) / ttft,
         "answer_matches_baseline": all(r.tokens == baseline[0].tokens for r in runs),
         "answer_correct": right,

@@ -91,15 +91,15 @@ def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
 
 
 def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
-    """A candidate by name: "default", "off", or a schedule written as the listed ones are ("0.3@24%
+    """A candidate by name: "default", "keep-all", or a schedule written as the listed ones are ("0.3@24%
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
     least 256 tokens at each prune, none the default's floor; " sparse" then decodes without
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
     whose answers survive harder pruning can be tried on it. A mass rule starts "mass0.9" (keep
     the fewest tokens holding 90% of the attention, the ratios its ceilings) and may set its
     least share after the steps ("mass0.9 1@24% 0.5@57% least0.05 min256")."""
-    if name == "off":  # what a model ships where no candidate holds: every prompt whole
-        return PRESETS["off"]
+    if name == "keep-all":  # what a model ships where no candidate holds: every prompt whole
+        return PRESETS["keep-all"]
     gate = _GATE.fullmatch(name)
     if gate:
         chosen = candidate_config(default, gate["candidate"])
@@ -130,6 +130,17 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
     )
+
+
+def gentler(config: LazyConfig) -> LazyConfig:
+    """Half the pruning of `config`, for the `gentle` trade calibration ships beside the default:
+    a mass rule leaves out half the attention mass it did (0.95 → 0.975) and keeps at least
+    twice its least share; a fixed ratio r keeps (1 + r) / 2."""
+    if config.mass:
+        return replace(
+            config, mass=1 - (1 - config.mass) / 2, least=min(1.0, 2 * config.least)
+        )
+    return replace(config, schedule=tuple((depth, (1 + r) / 2) for depth, r in config.schedule))
 
 
 def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:

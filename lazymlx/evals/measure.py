@@ -1,8 +1,10 @@
 """One timed generation, the unit every benchmark, eval and calibration run is made of.
 
 Strategies are named as in reports: "baseline" is stock mlx-lm, "lazy:<preset>" the LazyLLM
-engine with a preset (lazy:off keeps every token), and "static" / "random" the paper's two
-comparison strategies run by the same engine at the default preset's schedule.
+engine with a preset (lazy:keep-all keeps every token; lazy:off is stock mlx-lm again, as `off`
+is everywhere), and "static" / "random" the paper's two comparison strategies run by the same
+engine at the schedule of the model's pruning preset (its default, or `gentle` where the
+default runs whole).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ class Strategy:
 
 
 def strategy(preset: str, model: str) -> Strategy:
-    """The strategy a preset name stands for in a benchmark (where 'off' is the engine, kept)."""
+    """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
+    as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
+    keeping every token (what the wrapper and the compact caches cost)."""
     mode = preset if preset in COMPARISONS else f"lazy:{preset}"
-    return Strategy(mode, resolve_preset(preset, model))
+    return Strategy(mode, None if preset == "off" else resolve_preset(preset, model))
 
 
 BASELINE_STRATEGY = Strategy(BASELINE, None)
@@ -56,7 +60,8 @@ class Outcome:
 
 @dataclass
 class Run:
-    """What one generation measured; `compute_fraction` is the engine's count (1 for stock)."""
+    """What one generation measured; `compute_fraction` is the engine's count (1 for stock),
+    `pruned` whether pruning changed anything (None: stock mlx-lm, which has nothing to prune)."""
 
     prompt_tokens: int
     ttft_s: float
@@ -64,6 +69,7 @@ class Run:
     generation_tps: float
     peak_memory_gb: float
     compute_fraction: float
+    pruned: bool | None = None
     tokens: list[int] = field(default_factory=list)
     text: str = ""
 
@@ -88,6 +94,7 @@ def run_once(
         generation_tps=last.generation_tps if last.generation_tokens > 1 else 0.0,
         peak_memory_gb=last.peak_memory,
         compute_fraction=last.lazy.work_share if last.lazy else 1.0,
+        pruned=last.lazy.pruned if last.lazy else None,
         tokens=tokens,
         text="".join(pieces),
     )

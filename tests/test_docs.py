@@ -1,0 +1,226 @@
+"""The README and docs/*.md against the code and against themselves: schedules quoted for a
+preset are the shipped ones, the option synopses show the real defaults, and no sentence runs
+past 60 words.
+
+The docs' convention for quoting a preset's schedule: the preset's name in backticks followed
+by its schedule, `` `fast` 0.4@24% 0.4@57% ``, `` `fast` (0.4@24% ... ``, or
+with an aside between commas, `` `gentle`, its default until then, 0.2@67% ``. The model is the
+last one named before it in the same paragraph, list item or table row (none, or "built-in"
+just before the name: the built-in presets). A schedule written any other way (a former
+default's, a candidate's) is not read as a preset's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from pathlib import Path
+
+import pytest
+import typer
+
+from lazymlx.cli import app as cli_app
+from lazymlx.cli import measure
+from lazymlx.engine.presets import resolve_preset
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+MAX_WORDS = 60
+# how the docs name the registry's models
+MODELS = {
+    r"Qwen": "qwen2.5-coder-0.5b",
+    r"SmolLM2|smollm2": "smollm2-135m",
+    r"Gemma|gemma3": "gemma3-270m",
+}
+STEP = r"\d(?:\.\d+)?@\d+%"
+QUOTE = re.compile(
+    r"(?P<before>built-in )?`(?P<preset>[a-z][\w-]*)`(?: rule)?"
+    rf"(?:[ (:]*|[,:] [^`;.()@\d]{{1,60}}, )(?P<schedule>{STEP}(?: {STEP})*)"
+)
+# a sentence ends at . ! or ? (and a closing bracket or quote) before a space; an abbreviation
+# does not end one
+SENTENCE_END = re.compile(
+    r"(?<=[.!?])(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)(?<!\bvs\.)(?<!\bcf\.)[)\"]?\s+"
+)
+
+
+def units(text: str) -> list[tuple[int, str]]:
+    """The prose of a markdown file as (first line, text) units: paragraphs, list items, table
+    rows and headings, each joined onto one line; code blocks are left out."""
+    found: list[tuple[int, str]] = []
+    lines: list[str] = []
+    start, code = 0, False
+
+    def close() -> None:
+        if lines:
+            found.append((start, " ".join(lines)))
+            lines.clear()
+
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("```"):
+            close()
+            code = not code
+            continue
+        if code:
+            continue
+        if not line or line.startswith(("|", "#")):
+            close()
+            if line:
+                found.append((number, line))
+            continue
+        if re.match(r"([-*]|\d+\.) ", line):  # a list item starts a unit of its own
+            close()
+        if not lines:
+            start = number
+        lines.append(line)
+    close()
+    return found
+
+
+def sentences(text: str) -> list[tuple[int, str]]:
+    """Each sentence of the prose (tables left out), with the line its unit starts on."""
+    return [
+        (number, sentence)
+        for number, unit in units(text)
+        if not unit.startswith("|")
+        for sentence in SENTENCE_END.split(unit)
+    ]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_no_sentence_runs_past_60_words(path: Path):
+    long = [
+        f"{path.name}:{number}: {len(s.split())} words: {s[:80]}..."
+        for number, s in sentences(path.read_text())
+        if len(s.split()) > MAX_WORDS
+    ]
+    assert not long, "split these into shorter sentences:\n" + "\n".join(long)
+
+
+def test_sentences_split_as_a_reader_splits_them():
+    text = (
+        "One, e.g. this. Two (a `b`). Three?\nFour\n\n```\nno. Code. Here.\n```\n| a. B. |\n- Five."
+    )
+    assert [s.strip(" .?") for _, s in sentences(text)] == [
+        "One, e.g. this",
+        "Two (a `b`)",
+        "Three",
+        "Four",
+        "- Five",
+    ]
+
+
+def quotes(text: str) -> list[tuple[int, str | None, str, tuple[tuple[float, int], ...]]]:
+    """Each schedule quoted for a preset: (line, model or None, preset, ((ratio, depth %), ...))."""
+    found = []
+    for number, unit in units(text):
+        for match in QUOTE.finditer(unit):
+            named = [
+                (hit.start(), model)
+                for pattern, model in MODELS.items()
+                for hit in re.finditer(pattern, unit[: match.start()])
+            ]
+            model = max(named)[1] if named and not match["before"] else None
+            steps = tuple(
+                (float(ratio), int(depth))
+                for ratio, depth in re.findall(r"([\d.]+)@(\d+)%", match["schedule"])
+            )
+            found.append((number, model, match["preset"], steps))
+    return found
+
+
+def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
+    wrong, seen = [], 0
+    for path in (REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "distributed.md"):
+        for number, model, preset, steps in quotes(path.read_text()):
+            seen += 1
+            config = resolve_preset(preset, model)
+            shipped = tuple((ratio, round(depth * 100)) for depth, ratio in config.schedule)
+            if shipped != steps:
+                wrong.append(
+                    f"{path.name}:{number}: {model or 'built-in'} `{preset}` quoted as {steps}, "
+                    f"ships {shipped}"
+                )
+    assert not wrong, "\n".join(wrong)
+    assert seen >= 8  # the convention is in use: README's table, usage.md's presets
+
+
+def test_the_quote_convention_reads_the_model_and_preset():
+    text = (
+        "Gemma 3 ships `gentle`, its default until then, 0.5@24% 0.3@57%; the built-in "
+        "`gentle` rule (0.2@67%) and\n\nQwen's `fast` trade) chose 0.5@24% 0.3@57% sparse."
+    )
+    assert quotes(text) == [
+        (1, "gemma3-270m", "gentle", ((0.5, 24), (0.3, 57))),
+        (1, None, "gentle", ((0.2, 67),)),
+    ]
+
+
+def _defaults(command) -> dict[str, object]:
+    """A command's options by each of their names, with their defaults."""
+    found = {}
+    for name, parameter in inspect.signature(command).parameters.items():
+        hints = typing.get_type_hints(command, include_extras=True)[name]
+        for info in getattr(hints, "__metadata__", ()):
+            if isinstance(info, typer.models.OptionInfo):
+                # typer takes a first name given in the default's place as a name too
+                for flag in (info.default, *info.param_decls):
+                    if isinstance(flag, str) and flag.startswith("-"):
+                        found[flag] = parameter.default
+    return found
+
+
+COMMANDS = {
+    "chat": cli_app.chat,
+    "generate": cli_app.generate,
+    "serve": cli_app.serve,
+    "bench": measure.bench,
+    "eval": measure.evaluate,
+    "calibrate": measure.calibrate,
+}
+
+
+def test_the_synopses_show_the_real_defaults():
+    """usage.md's synopsis gives an option's default as its value, or as the first of its
+    choices (`--output md|json|csv`); an upper-case value is a placeholder."""
+    usage = (REPO / "docs" / "usage.md").read_text()
+    synopsis = usage[usage.index("```bash") : usage.index("```", usage.index("```bash") + 3)]
+    command, checked, wrong = None, 0, []
+    for line in synopsis.splitlines():
+        words = line.split()
+        if words[:1] == ["lazymlx"] and words[1] in COMMANDS:
+            command = words[1]
+        for flag, value in re.findall(r"\[(--[\w-]+) ([^\]\s]+)", line):
+            first = value.split("|")[0]
+            if (
+                command is None
+                or first.upper() == first
+                or flag not in _defaults(COMMANDS[command])
+            ):
+                continue
+            default = _defaults(COMMANDS[command])[flag]
+            checked += 1
+            if str(default) != first:
+                wrong.append(
+                    f"lazymlx {command} {flag}: the synopsis says {first}, it is {default}"
+                )
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 10
+
+
+def test_what_usage_says_of_the_registry_models_presets_holds():
+    """usage.md says each registry model's default runs every prompt whole, so its derived
+    presets (sparse, paper, static, random) follow its gentle: change both together."""
+    from lazymlx.engine.config import DERIVED
+    from lazymlx.models.registry import REGISTRY
+
+    usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
+    assert "Each one's `default` runs every prompt whole today" in usage
+    assert "its `sparse`, `paper`, `static` and `random` follow its `gentle`" in usage
+    for model in REGISTRY:
+        assert not resolve_preset("default", model).prunes, model
+        gentle = resolve_preset("gentle", model)
+        for name in DERIVED:
+            assert resolve_preset(name, model).schedule == gentle.schedule, (model, name)
