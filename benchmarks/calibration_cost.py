@@ -33,9 +33,8 @@ from pathlib import Path
 
 from lazymlx.engine.config import PRESETS
 from lazymlx.evals.calibrate import Bar, candidate_config, case_id, choose
-from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.runner import NO_IDLE, Record, read_records
 from lazymlx.evals.search import Plan, by_work, next_run, run_order, standing
 
 RECORDS = Path("benchmarks/results/models/qwen2.5-coder-0.5b/calibration.jsonl")

@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lazymlx.evals.runner import NO_IDLE, read_records  # noqa: E402
+from lazymlx.evals.records import NO_IDLE, read_records  # noqa: E402
 from lazymlx.evals.summary import ALL, summarize  # noqa: E402
 
 

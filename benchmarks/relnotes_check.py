@@ -27,8 +27,9 @@ from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import OPEN_TOKENS, Case, context_tokens
 from lazymlx.evals.judge import Judge
 from lazymlx.evals.measure import strategy
+from lazymlx.evals.records import records_as_dicts
 from lazymlx.evals.reference import REFERENCE_BITS, round_trip
-from lazymlx.evals.runner import evaluate, records_as_dicts
+from lazymlx.evals.runner import evaluate
 
 RELNOTES = Path("/usr/share/doc/git/RelNotes")
 ASK = "Summarize these release notes in three short bullet points."

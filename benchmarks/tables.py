@@ -21,9 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lazymlx.evals.calibrate import Bar, default_checks, margin
-from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.runner import NO_IDLE, Record, read_records
 from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, agreement_strata, summarize, tally
 

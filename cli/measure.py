@@ -412,7 +412,7 @@ def evaluate(
 ) -> None:
     """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
     from lazymlx.evals.measure import strategy
-    from lazymlx.evals.runner import read_records
+    from lazymlx.evals.records import read_records
 
     check_format(output)
     if records is not None:
@@ -427,7 +427,7 @@ def evaluate(
 
 
 def _emit_eval(output: str, head: dict, records) -> None:
-    from lazymlx.evals.runner import records_as_dicts
+    from lazymlx.evals.records import records_as_dicts
     from lazymlx.evals.summary import summarize
 
     rows = summarize(records)
@@ -449,7 +449,8 @@ def _run_suite(
     from pathlib import Path
 
     from lazymlx.evals.baselines import BaselineCache
-    from lazymlx.evals.runner import case_key, case_strategies, right_cases
+    from lazymlx.evals.records import case_key
+    from lazymlx.evals.runner import case_strategies, right_cases
     from lazymlx.evals.runner import evaluate as run_eval
 
     run = _suite(model, families, split, lengths, cases, journal, resume)
@@ -513,7 +514,7 @@ def _suite(model, families, split, lengths, cases, journal, resume) -> _Suite:
     from pathlib import Path
 
     from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
-    from lazymlx.evals.runner import read_records
+    from lazymlx.evals.records import read_records
 
     if resume and not journal:
         raise LazymlxError("--resume needs --journal FILE: the journal of the run to go on with")
@@ -561,7 +562,7 @@ def _judge(run):
 def _journal_writer(journal: str | None):
     """A runner's on_record: each record appended to the journal as a JSON line (none: kept
     nowhere)."""
-    from lazymlx.evals.runner import records_as_dicts
+    from lazymlx.evals.records import records_as_dicts
 
     def keep(record) -> None:
         if journal:
@@ -582,7 +583,7 @@ def _search(
     import time
 
     from lazymlx.evals.calibrate import case_id
-    from lazymlx.evals.measure import BASELINE
+    from lazymlx.evals.records import BASELINE
     from lazymlx.evals.search import Plan, fit, run_order, run_search
 
     started = time.monotonic()
@@ -623,7 +624,7 @@ def _resumed_cases(ids: tuple, earlier: list, minutes: float | None) -> tuple[tu
     its candidates goes on with its cases, as sized (stock ran on all of them first); one
     stopped before them never used its sizing and is sized again."""
     from lazymlx.evals.calibrate import case_id
-    from lazymlx.evals.measure import BASELINE
+    from lazymlx.evals.records import BASELINE
     from lazymlx.evals.reference import REFERENCE_BITS
 
     sized = minutes is not None and any(r.mode not in (BASELINE, *REFERENCE_BITS) for r in earlier)
@@ -659,7 +660,8 @@ class _Search:
         from lazymlx.engine.presets import resolve_preset
         from lazymlx.evals.baselines import BaselineCache
         from lazymlx.evals.calibrate import candidate_strategies
-        from lazymlx.evals.measure import BASELINE, BASELINE_STRATEGY, Strategy
+        from lazymlx.evals.measure import BASELINE_STRATEGY, Strategy
+        from lazymlx.evals.records import BASELINE
         from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
         from lazymlx.models.adapters import adapter_for
 
@@ -707,7 +709,7 @@ class _Search:
 
     def known(self, step):
         """Stock's or a reference's cached answer to a step (not counted as a hit)."""
-        from lazymlx.evals.measure import BASELINE
+        from lazymlx.evals.records import BASELINE
 
         case, mode = step
         store = self.cache if mode == BASELINE else self.references.get(mode, (None, None))[1]
@@ -715,7 +717,7 @@ class _Search:
 
     def counts(self, case) -> bool:
         """Whether a case counts: not one stock answered wrong (unless open-ended)."""
-        from lazymlx.evals.measure import BASELINE
+        from lazymlx.evals.records import BASELINE
 
         stock = self.known((case, BASELINE))
         return (
@@ -934,7 +936,7 @@ def calibrate(
     --minutes, adding the cases a budget left out).
     """
     from lazymlx.evals.calibrate import Bar, choose
-    from lazymlx.evals.runner import read_records, records_as_dicts
+    from lazymlx.evals.records import read_records, records_as_dicts
 
     check_format(output)
     bar = Bar(per_length, per_family, fast)

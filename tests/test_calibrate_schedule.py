@@ -15,9 +15,8 @@ import lazymlx
 from lazymlx.cli.app import app
 from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.evals.calibrate import Bar, candidate_config, choose
-from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
-from lazymlx.evals.runner import Record
 from lazymlx.evals.search import (
     Plan,
     Speed,

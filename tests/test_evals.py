@@ -38,9 +38,9 @@ from lazymlx.evals.families import (
 )
 from lazymlx.evals.judge import Judge
 from lazymlx.evals.measure import Strategy
+from lazymlx.evals.records import Record
 from lazymlx.evals.runner import (
     Outcome,
-    Record,
     case_strategies,
     evaluate,
     right_cases,

@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.measure import BASELINE, Strategy
+from lazymlx.evals.measure import Strategy
+from lazymlx.evals.records import BASELINE, NO_IDLE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
-from lazymlx.evals.runner import NO_IDLE, Record
 from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, summarize
 
@@ -137,9 +137,7 @@ def gentler(config: LazyConfig) -> LazyConfig:
     a mass rule leaves out half the attention mass it did (0.95 → 0.975) and keeps at least
     twice its least share; a fixed ratio r keeps (1 + r) / 2."""
     if config.mass:
-        return replace(
-            config, mass=1 - (1 - config.mass) / 2, least=min(1.0, 2 * config.least)
-        )
+        return replace(config, mass=1 - (1 - config.mass) / 2, least=min(1.0, 2 * config.least))
     return replace(config, schedule=tuple((depth, (1 + r) / 2) for depth, r in config.schedule))
 
 

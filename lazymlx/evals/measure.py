@@ -16,9 +16,9 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.records import BASELINE
 from lazymlx.generation import stream_generate
 
-BASELINE = "baseline"
 COMPARISONS = ("static", "random")
 
 

@@ -14,11 +14,10 @@ twice, after completion (its own mode, timed apart) and with no idle time (" no-
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,8 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.measure import BASELINE, Outcome, Strategy
+from lazymlx.evals.measure import Outcome, Strategy
+from lazymlx.evals.records import BASELINE, NO_IDLE, Record, RecordKey, case_key
 from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.scoring import loops
 from lazymlx.generation import Response, encode_prompt, stream_generate
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 
 MULTI_TURN = ("followup", "kept-file", "kept-llm", "chat")
-NO_IDLE = " no-idle"
 
 
 def completes(lazy: LazyConfig | None) -> bool:
@@ -181,50 +180,6 @@ def send_turn(session: ChatSession, case: Case, turn: int) -> Iterator[Response]
     return session.send(case.segments[turn])
 
 
-@dataclass
-class Record:
-    """One case under one strategy, next to the baseline's outcome on it."""
-
-    family: str
-    split: str
-    length: int
-    seed: int
-    kind: str
-    source: str
-    depth: float
-    mode: str
-    prompt_tokens: int
-    correct: bool | None  # None: no exact answer (open-ended or free-form)
-    baseline_correct: bool | None
-    agreed_tokens: int  # how many first tokens equal the baseline's
-    identical: bool  # every generated token equals the baseline's
-    ttft_s: float
-    baseline_ttft_s: float | None  # None when the baseline ran in another run (the cache's)
-    compute_fraction: float
-    step_fraction: float
-    generation_tps: float
-    peak_memory_gb: float
-    text: str
-    tokens: list[int] = field(default_factory=list)
-    first_ttft_s: float = 0.0  # multi-turn: the first turn's TTFT
-    completion_s: float = 0.0  # multi-turn: idle time spent completing before the scored step
-    score: float | None = None  # open-ended: similarity to stock's answer, a diagnostic
-    target_score: float | None = None  # open-ended: similarity to the gold text (Case.target)
-    looped: bool = False  # the answer repeats a run of words back to back (scoring.loops)
-    nll: float | None = None  # open-ended: stock's mean per-token NLL of the answer (judge.py)
-
-    def __post_init__(self) -> None:
-        # an open answer has no exact one: records written before open answers were judged by
-        # score and judge counted words against stock's as right or wrong
-        if self.score is not None:
-            self.correct = self.baseline_correct = None
-
-    @property
-    def kept(self) -> bool | None:
-        """Right where the baseline is right (None where the baseline is wrong or no gold)."""
-        return self.correct if self.baseline_correct else None
-
-
 def _record(
     case: Case,
     mode: str,
@@ -265,14 +220,6 @@ def _record(
         looped=loops(outcome.text),
         nll=judge.nll(baseline.context, outcome.tokens) if judged else None,
     )
-
-
-RecordKey = tuple[str, str, int, int, str]
-
-
-def case_key(case: Case | Record, mode: str) -> RecordKey:
-    """What names one case under one strategy across runs (a journal's rows are keyed by it)."""
-    return (case.family, case.split, case.length, case.seed, mode)
 
 
 References = dict[str, tuple[nn.Module, BaselineCache]]  # mode → its model and answers' cache
@@ -409,28 +356,3 @@ def baseline_outcome(
     outcome = run_case(model, tokenizer, case, None)
     baselines.put(case, outcome)
     return outcome, True
-
-
-def records_as_dicts(records: list[Record]) -> list[dict]:
-    return [asdict(record) for record in records]
-
-
-def records_from_dicts(rows: list[dict]) -> list[Record]:
-    return [Record(**row) for row in rows]
-
-
-def read_records(path: str | Path) -> tuple[dict, list[Record]]:
-    """The header and records of an earlier eval's JSON output or a journal (one record a line)."""
-    try:
-        text = Path(path).read_text()
-        if text.lstrip().startswith("{") and '"rows"' in text[:100_000]:
-            earlier = json.loads(text)
-            head = {k: v for k, v in earlier.items() if k not in ("rows", "cases")}
-            return head, records_from_dicts(earlier["cases"])
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return {"records": str(path)}, records_from_dicts(rows)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise LazymlxError(
-            f"cannot read eval records from {path} ({error}); pass the JSON that "
-            "`lazymlx eval --output json` printed or a --journal file"
-        ) from error

@@ -38,9 +38,8 @@ from lazymlx.evals.calibrate import (
     new_loops,
     open_checks,
 )
-from lazymlx.evals.measure import BASELINE
+from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
-from lazymlx.evals.runner import Record
 
 Run = tuple[CaseId, str]  # a case and the mode to run on it
 TOLERANCE = 1e-9  # choose's own slack on a share meeting its bar

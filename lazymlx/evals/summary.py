@@ -14,8 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from lazymlx.evals.measure import BASELINE
-from lazymlx.evals.runner import Record, RecordKey, case_key
+from lazymlx.evals.records import BASELINE, Record, RecordKey, case_key
 from lazymlx.evals.scoring import bootstrap_interval, wilson
 
 ALL = "all"
