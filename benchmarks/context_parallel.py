@@ -69,8 +69,8 @@ from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.bench import bench_prompt
 from lazymlx.evals.calibrate import candidate_config
+from lazymlx.evals.timing import bench_prompt
 from lazymlx.lengths import parse_lengths
 
 MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"

@@ -37,7 +37,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from lazymlx import LazyState, collectives, distributed
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import PREFILL_CHUNK, prompt_step
-from lazymlx.evals.bench import bench_prompt, header
+from lazymlx.evals.timing import bench_prompt, header
 from lazymlx.lengths import parse_lengths
 from lazymlx.prompts import holds_answer
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import OPEN_TOKENS, Case, context_tokens
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.measure import strategy
+from lazymlx.evals.outcome import strategy
 from lazymlx.evals.records import records_as_dicts
 from lazymlx.evals.reference import REFERENCE_BITS, round_trip
 from lazymlx.evals.runner import evaluate

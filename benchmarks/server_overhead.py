@@ -20,7 +20,7 @@ import time
 import openai
 import uvicorn
 
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.llm import LLM
 from lazymlx.server import create_app
 

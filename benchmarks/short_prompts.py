@@ -22,7 +22,7 @@ from pydoc_data.topics import topics
 
 from lazymlx import LazyConfig
 from lazymlx.engine.config import PRESETS
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 
 QUESTIONS = (
     "What is the capital of France?",

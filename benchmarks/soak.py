@@ -19,7 +19,7 @@ import time
 import mlx.core as mx
 
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.session import ChatSession
 
 QUESTIONS = (

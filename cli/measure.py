@@ -1,4 +1,4 @@
-"""`lazymlx bench`, `eval` and `calibrate`: thin commands over lazymlx.evals.bench, evals and calibrate."""
+"""`lazymlx bench`, `eval` and `calibrate`: thin commands over lazymlx.evals.timing, evals and calibrate."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _presets(text: str) -> list[str]:
 
 def _header(model: str, strategies, **settings) -> dict:
     """The run's header, with what each preset in it does."""
-    from lazymlx.evals.bench import header
+    from lazymlx.evals.timing import header
 
     presets = {s.mode: s.config.describe() if s.config else "stock mlx-lm" for s in strategies}
     return header(model, **settings) | {"presets": presets}
@@ -127,8 +127,8 @@ def bench(
     Under mlx.launch with --parallel context every preset runs twice, on rank 0 alone (one
     process) and on the chain of all ranks, side by side; rank 0 prints the table.
     """
-    from lazymlx.evals.bench import bench as run_bench
-    from lazymlx.evals.measure import strategy
+    from lazymlx.evals.outcome import strategy
+    from lazymlx.evals.timing import bench as run_bench
 
     check_format(output)
     lengths = parse_lengths(prompt_len)
@@ -227,7 +227,7 @@ def _beside_the_chain(loaded, presets, ranks: int):
 
     from lazymlx import context_parallel
     from lazymlx.engine.cache import LazyState
-    from lazymlx.evals.measure import Strategy
+    from lazymlx.evals.outcome import Strategy
 
     if not ranks:
         return presets, None
@@ -411,7 +411,7 @@ def evaluate(
     output: Output = "md",
 ) -> None:
     """Answers kept per task family and length by LazyLLM presets, against stock mlx-lm."""
-    from lazymlx.evals.measure import strategy
+    from lazymlx.evals.outcome import strategy
     from lazymlx.evals.records import read_records
 
     check_format(output)
@@ -660,7 +660,7 @@ class _Search:
         from lazymlx.engine.presets import resolve_preset
         from lazymlx.evals.baselines import BaselineCache
         from lazymlx.evals.calibrate import candidate_strategies
-        from lazymlx.evals.measure import BASELINE_STRATEGY, Strategy
+        from lazymlx.evals.outcome import BASELINE_STRATEGY, Strategy
         from lazymlx.evals.records import BASELINE
         from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
         from lazymlx.models.adapters import adapter_for
@@ -755,7 +755,7 @@ class _Search:
 def _pace(model, tokenizer, case, cache):
     """The model's pace on this machine from stock on `case`: its run is the case's baseline
     record when the cache lacks it (returned to keep), else stock runs it again, timed."""
-    from lazymlx.evals.measure import BASELINE_STRATEGY
+    from lazymlx.evals.outcome import BASELINE_STRATEGY
     from lazymlx.evals.runner import run_case, run_mode
     from lazymlx.evals.search import Speed
 

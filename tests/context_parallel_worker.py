@@ -33,7 +33,7 @@ import numpy as np
 
 from lazymlx import LazyConfig, LazyState, collectives, context_parallel, distributed
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.bench import bench_prompt
+from lazymlx.evals.timing import bench_prompt
 
 # tests/distributed_worker.py's, without idle completion
 PRUNING = replace(distributed_worker.PRUNING, complete="off")

@@ -37,7 +37,7 @@ from lazymlx.evals.families import (
     suite_counts,
 )
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.measure import Strategy
+from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import Record
 from lazymlx.evals.runner import (
     Outcome,

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from lazymlx.cli.app import app, main
 from lazymlx.engine.presets import presets_file, resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.bench import bench, bench_prompt
+from lazymlx.evals.timing import bench, bench_prompt
 
 runner = CliRunner()
 
@@ -108,7 +108,7 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
 
 
 def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
-    from lazymlx.evals.measure import strategy
+    from lazymlx.evals.outcome import strategy
 
     assert strategy("off", str(tiny_model_dir)).config is None
     assert not strategy("keep-all", str(tiny_model_dir)).config.prunes

@@ -24,7 +24,7 @@ import time
 import mlx.core as mx
 
 from lazymlx.engine.blocks import _unfused_attention as stacked
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 
 
 def broadcast(queries, keys, values, scale, mask):

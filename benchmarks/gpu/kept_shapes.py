@@ -33,7 +33,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from lazymlx import LazyState
 from lazymlx.engine import complete
 from lazymlx.engine.model import LazyModel
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths
 
 CHUNK = 2048  # prefill chunk, as llama_shapes.py

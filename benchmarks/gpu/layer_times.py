@@ -36,7 +36,7 @@ from lazymlx import LazyState
 from lazymlx.engine.blocks import rope_at
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths
 
 

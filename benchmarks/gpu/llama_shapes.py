@@ -37,7 +37,7 @@ from lazymlx import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.model import LazyModel
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths
 
 SHAPES = {

@@ -25,7 +25,7 @@ from mlx_lm.generate import generate_step
 from lazymlx import LazyConfig, LazyState
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.model import LazyModel
-from lazymlx.evals.bench import header
+from lazymlx.evals.timing import header
 from lazymlx.prompts import passkey_prompt
 
 

@@ -28,10 +28,10 @@ import mlx.core as mx
 
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.bench import header
 from lazymlx.evals.families import make_cases, parse_families, suite_counts
 from lazymlx.evals.runner import baseline_outcome
 from lazymlx.evals.scoring import common_prefix
+from lazymlx.evals.timing import header
 from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths
 

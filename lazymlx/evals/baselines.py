@@ -25,7 +25,7 @@ from mlx.utils import tree_flatten
 from lazymlx.engine.atomic import write_atomic
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.families import Case
-from lazymlx.evals.measure import Outcome
+from lazymlx.evals.outcome import Outcome
 from lazymlx.platform import backend
 
 PACKAGED = Path(__file__).with_name("baselines")  # one file per registry model

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.measure import Strategy
+from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
 from lazymlx.evals.scoring import bootstrap_interval

@@ -32,7 +32,7 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.measure import Outcome, Strategy
+from lazymlx.evals.outcome import Outcome, Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, RecordKey, case_key
 from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.scoring import loops

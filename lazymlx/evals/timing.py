@@ -23,7 +23,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.families import SINGLE_PROMPT, make_case
-from lazymlx.evals.measure import BASELINE_STRATEGY, Run, Strategy, run_once
+from lazymlx.evals.outcome import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.generation import encode_prompt
 from lazymlx.platform import backend, blas_name, device_name
 from lazymlx.prompts import holds_answer
