@@ -36,7 +36,7 @@ import numpy as np
 
 from lazymlx.engine import prefill
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.families import make_case
+from lazymlx.evals.cases import make_case
 from lazymlx.evals.timing import header
 from lazymlx.generation import encode_prompt
 from lazymlx.lengths import parse_lengths

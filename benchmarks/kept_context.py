@@ -35,7 +35,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from lazymlx.engine import complete
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.families import make_case
+from lazymlx.evals.cases import make_case
 from lazymlx.evals.timing import header
 from lazymlx.generation import encode_prompt, stream_generate
 from lazymlx.lengths import parse_lengths

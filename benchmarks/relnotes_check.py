@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.families import OPEN_TOKENS, Case, context_tokens
+from lazymlx.evals.cases import Case, context_tokens
+from lazymlx.evals.families import OPEN_TOKENS
 from lazymlx.evals.judge import Judge
 from lazymlx.evals.outcome import strategy
 from lazymlx.evals.records import records_as_dicts

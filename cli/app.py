@@ -208,7 +208,8 @@ def _calibration_minutes(loaded, default: LazyConfig, layers: int, ranking) -> f
     256-token prompt and four decode steps, times what the search runs
     (search.calibration_minutes), the cheapest candidates built from `default`."""
     from lazymlx.evals.calibrate import SCHEDULES, candidate_config
-    from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS, suite_counts
+    from lazymlx.evals.cases import suite_counts
+    from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS
     from lazymlx.evals.outcome import run_once
     from lazymlx.evals.search import Speed, by_work, calibration_minutes
     from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths

@@ -513,7 +513,8 @@ def _suite(model, families, split, lengths, cases, journal, resume) -> _Suite:
     chat families); a resumed run's earlier records from its journal."""
     from pathlib import Path
 
-    from lazymlx.evals.families import CHAT_FAMILIES, make_cases, parse_families, suite_counts
+    from lazymlx.evals.cases import make_cases, parse_families, suite_counts
+    from lazymlx.evals.families import CHAT_FAMILIES
     from lazymlx.evals.records import read_records
 
     if resume and not journal:

@@ -9,7 +9,7 @@ from conftest import benchmark_script
 
 from lazymlx.engine import prefill
 from lazymlx.engine.config import PRESETS
-from lazymlx.evals.families import make_case
+from lazymlx.evals.cases import make_case
 from lazymlx.generation import encode_prompt
 
 answer_rank = benchmark_script("answer_rank")

@@ -23,12 +23,7 @@ from lazymlx.evals.calibrate import (
     choose,
     open_checks,
 )
-from lazymlx.evals.families import (
-    FAMILIES,
-    JUDGES,
-    KINDS,
-    OPEN,
-    SINGLE_PROMPT,
+from lazymlx.evals.cases import (
     VALIDATION_SEED,
     context_tokens,
     make_case,
@@ -36,6 +31,7 @@ from lazymlx.evals.families import (
     parse_families,
     suite_counts,
 )
+from lazymlx.evals.families import FAMILIES, JUDGES, OPEN, SINGLE_PROMPT
 from lazymlx.evals.judge import Judge
 from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import Record
@@ -57,6 +53,7 @@ from lazymlx.evals.scoring import (
 )
 from lazymlx.evals.summary import ALL, summarize
 
+KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")  # how a case reaches the model
 LENGTH = 1000  # the tiny model's byte-level tokenizer spends a token on nearly every character
 
 

@@ -11,7 +11,7 @@ from conftest import assert_keep_all_reproduces_stock
 import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.families import make_case
+from lazymlx.evals.cases import make_case
 from lazymlx.prompts import passkey_prompt
 from lazymlx.session import ChatSession
 

@@ -28,7 +28,7 @@ import mlx.core as mx
 
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.families import make_cases, parse_families, suite_counts
+from lazymlx.evals.cases import make_cases, parse_families, suite_counts
 from lazymlx.evals.runner import baseline_outcome
 from lazymlx.evals.scoring import common_prefix
 from lazymlx.evals.timing import header

@@ -24,7 +24,7 @@ from mlx.utils import tree_flatten
 
 from lazymlx.engine.atomic import write_atomic
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.families import Case
+from lazymlx.evals.cases import Case
 from lazymlx.evals.outcome import Outcome
 from lazymlx.platform import backend
 

@@ -1,23 +1,15 @@
-"""The eval's task families: cases generated from (family, split, length, seed), answers scored whole.
+"""The eval's task families: each drafts a case from (split, seed), to be sized by cases.py.
 
-Each case is one to three *segments* of text and a *kind* saying how they reach the model, the
-way a user's text does (lazymlx/evals/runner.py runs them):
-- raw: one raw completion prompt whose last words lead into the answer (SmolLM2-class models
-  retrieve far better through a raw prompt than through a chat template);
-- followup: a raw prompt answered, then a second question appended to the same context;
-- kept-file: a document's context saved to a file (`--prompt-cache-file`), loaded, then asked;
-- kept-llm: the same through `LLM`'s prefix reuse (what the server does for a conversation);
-- chat: messages through the chat template (ChatSession), the last reply scored.
-A case is sized with the model's tokenizer to at most its length in tokens (replies included),
-its gold answer appearing exactly once. Open-ended cases (a summary, a question about a
-document, a second turn, a line of code) are scored against a gold text where their source
-has one a person wrote (the file's own next line, the module's own docstring) and by the full
-model's judgment (lazymlx/evals/judge.py); their words against stock's are a diagnostic.
-Free-form cases have no gold: their first 32 greedy tokens are compared with keep-all's.
-
-Calibration and validation cases differ in seed (validation seeds start at VALIDATION_SEED) and,
-for prose, in the documents they are cut from (sources.split_of), so whatever chooses a knob on
-calibration cases meets unseen text in validation.
+A family is a function of (rng, seed, split) returning a `Draft`: a haystack of units (filler,
+real prose, source or manual lines) with pieces planted at depths, framed into the segments a
+case feeds the model. Families fall into three groups by how their answers are scored:
+- exact (the rest): a gold answer, right or wrong whole (a planted number, an option's flag);
+- open-ended (OPEN, the CLI's group `open`): a summary, a question about a document, a second
+  turn, a line of code, a docstring, scored against a gold text where their source has one a
+  person wrote (the file's own next line, the module's own docstring) and by the full model's
+  judgment (lazymlx/evals/judge.py); their words against stock's are a diagnostic;
+- unscored (UNSCORED, the `freeform-*` families and the CLI's group `freeform`): no gold and no
+  judge, only how many of their first 32 greedy tokens agree with keep-all's.
 """
 
 from __future__ import annotations
@@ -28,28 +20,19 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mlx_lm.tokenizer_utils import TokenizerWrapper
-
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.scoring import edit_similarity, first_line, rouge_l
 from lazymlx.evals.sources import (
     PROSE_SOURCES,
-    SPLITS,
     documents,
     haystack,
     manual,
     module_docstring,
     split_of,
 )
-from lazymlx.prompts import FILLER, holds_answer
+from lazymlx.prompts import FILLER
 
-VALIDATION_SEED = 1_000_000
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
-FREE_TOKENS = 32  # free-form cases: tokens compared with keep-all's
-FIRST_REPLY = 24  # the reply to a chat's first message, before the scored one
-FIRST_ANSWER = 10  # a follow-up case's first answer
-CHAT_OVERHEAD = 12  # template tokens around one more chat message
-KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")
+UNSCORED_TOKENS = 32  # unscored cases: tokens compared with keep-all's
 # Open-ended families: long enough to show a loop. How an answer is compared with a text (stock's,
 # as a diagnostic, or the gold one): "text" ROUGE-L; "line" the first line's edit similarity
 # (LongBench's LCC); "doc" ROUGE-L of what comes before a docstring's closing quotes.
@@ -123,46 +106,11 @@ FACTS = (
 )
 
 
-@dataclass(frozen=True)
-class Case:
-    """One case: its segments, how they are fed (kind), and its gold answer (None: free-form)."""
-
-    family: str
-    split: str
-    length: int  # the target: the whole conversation fits in this many tokens
-    seed: int
-    kind: str
-    segments: tuple[str, ...]
-    gold: str | None
-    max_tokens: int  # tokens generated for the scored answer
-    depth: float  # where the asked fact sits, 0 = start of the haystack, 1 = end
-    source: str  # the haystack's text source
-    planted: tuple[str, ...] = ()  # the text inserted into the haystack, the asked fact first
-    judge: str | None = None  # open-ended: how answers are compared, one of JUDGES
-    target: str | None = None  # open-ended: the gold text (the file's next line, the docstring)
-    aliases: tuple[str, ...] = ()  # other right answers (an option's short flag)
-
-    def correct(self, output: str) -> bool | None:
-        """Right: the gold answer (or an alias) whole; None where there is no exact answer
-        (open-ended and free-form cases, scored by `similarity` and the judge instead)."""
-        if self.gold is None:
-            return None
-        return any(holds_answer(output, answer) for answer in (self.gold, *self.aliases))
-
-    def similarity(self, output: str, other: str) -> float | None:
-        """How close an open-ended answer is to another text (the gold, or stock's answer)."""
-        if self.judge == "line":
-            return edit_similarity(first_line(output), first_line(other))
-        if self.judge == "doc":
-            return rouge_l(output.split('"""')[0], other)
-        return None if self.judge is None else rouge_l(output, other)
-
-
 Units = Callable[[int], list[str]]
 
 
 @dataclass
-class _Draft:
+class Draft:
     """A case before sizing: a haystack of n units with pieces inserted at depths, then framed."""
 
     units: Units
@@ -247,10 +195,10 @@ def _raw(head: str, question: str) -> Callable[[str], tuple[str, ...]]:
 # --- the families -------------------------------------------------------------------------
 
 
-def passkey(rng: random.Random, seed: int, split: str) -> _Draft:
+def passkey(rng: random.Random, seed: int, split: str) -> Draft:
     key = _numbers(rng, 1, (5, 6))[0]
     depth = DEPTHS[seed % len(DEPTHS)]
-    return _Draft(
+    return Draft(
         units=_noise,
         inserts=[(depth, f"The pass key is {key}. Remember it. {key} is the pass key.")],
         frame=_raw(PASSKEY_HEAD, " What is the pass key? The pass key is"),
@@ -262,12 +210,12 @@ def passkey(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def _needle(source: str) -> Callable[[random.Random, int, str], _Draft]:
-    def needle(rng: random.Random, seed: int, split: str) -> _Draft:
+def _needle(source: str) -> Callable[[random.Random, int, str], Draft]:
+    def needle(rng: random.Random, seed: int, split: str) -> Draft:
         fact = FACTS[seed % len(FACTS)]
         key, value = rng.choice(fact.keys), _numbers(rng, 1)[0]
         depth = DEPTHS[seed % len(DEPTHS)]
-        return _Draft(
+        return Draft(
             units=haystack(source, split, rng.randrange(2**32)),
             inserts=[(depth, fact.state(key, value))],
             frame=_raw(
@@ -284,7 +232,7 @@ def _needle(source: str) -> Callable[[random.Random, int, str], _Draft]:
     return needle
 
 
-def lookalike(rng: random.Random, seed: int, split: str) -> _Draft:
+def lookalike(rng: random.Random, seed: int, split: str) -> Draft:
     """3-8 facts of one form with different keys; one is asked."""
     fact = FACTS[rng.randrange(len(FACTS))]
     count = rng.randint(3, 8)
@@ -292,7 +240,7 @@ def lookalike(rng: random.Random, seed: int, split: str) -> _Draft:
     depth = DEPTHS[seed % len(DEPTHS)]
     depths = [depth, *_spread(rng, count - 1, depth)]
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[(d, fact.state(k, v)) for d, k, v in zip(depths, keys, values, strict=True)],
         frame=_raw(
@@ -313,7 +261,7 @@ HOPS = (
 )
 
 
-def twohop(rng: random.Random, seed: int, split: str) -> _Draft:
+def twohop(rng: random.Random, seed: int, split: str) -> Draft:
     """One fact names the key of another: whose room, then that room's number. In filler, as
     RULER hides its chains. SmolLM2-135M names the right room nearly always but rarely goes on
     to its number, so few of these cases count (only baseline-right ones do)."""
@@ -326,7 +274,7 @@ def twohop(rng: random.Random, seed: int, split: str) -> _Draft:
         _spread(rng, len(owners), depth), owners, values, strict=True
     )]  # fmt: skip
     verb_s = "sleeps" if verb == "sleep" else "parks"
-    return _Draft(
+    return Draft(
         units=_noise,
         inserts=[(depth, link.format(who=who, owner=owners[0])), *facts],
         frame=_raw(
@@ -342,7 +290,7 @@ def twohop(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def json_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
+def json_lookup(rng: random.Random, seed: int, split: str) -> Draft:
     """A JSON block of 3-8 records in a document; one record's field is asked."""
     names = rng.sample(SERVICES, rng.randint(3, 8))
     ports = _numbers(rng, len(names), (4, 5))
@@ -361,7 +309,7 @@ def json_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
     return _lookup(rng, seed, split, block, frame, ports, asked, max_tokens=8)
 
 
-def table_lookup(rng: random.Random, seed: int, split: str) -> _Draft:
+def table_lookup(rng: random.Random, seed: int, split: str) -> Draft:
     """A markdown table of 3-8 rows in a document; one row's cell is asked."""
     people = rng.sample(PEOPLE, rng.randint(3, 8))
     extensions = _numbers(rng, len(people), (4, 5))
@@ -385,12 +333,12 @@ def _lookup(
     values: list[str],
     asked: int,
     max_tokens: int,
-) -> _Draft:
+) -> Draft:
     """A lookup case: `block` (records holding `values`) set in prose at the seed's depth, the
     frame asking for values[asked]."""
     depth = DEPTHS[seed % len(DEPTHS)]
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[(depth, f"\n\n{block}\n\n")],
         frame=frame,
@@ -409,7 +357,7 @@ def _variable(rng: random.Random, taken: list[str]) -> str:
             return name
 
 
-def vartrack(rng: random.Random, seed: int, split: str) -> _Draft:
+def vartrack(rng: random.Random, seed: int, split: str) -> Draft:
     """A variable assigned 2-3 times among 1-2 other variables' assignments; its last value asked
     (RULER's variable tracking as a chain of overwrites). SmolLM2-135M often copies an earlier
     value, so few of these cases count."""
@@ -426,7 +374,7 @@ def vartrack(rng: random.Random, seed: int, split: str) -> _Draft:
     rest = iter(values[times[0] :])
     for name, count in zip(names[1:], times[1:], strict=True):
         inserts += [(d, f"VAR {name} = {next(rest)}.") for d in _spread(rng, count, last)]
-    return _Draft(
+    return Draft(
         units=_noise,
         inserts=inserts,
         frame=_raw(
@@ -454,11 +402,11 @@ def _top_level(lines: list[str], depth: float) -> int:
     return min(spots, key=lambda i: abs(i - target), default=target)
 
 
-def code(rng: random.Random, seed: int, split: str) -> _Draft:
+def code(rng: random.Random, seed: int, split: str) -> Draft:
     """A module-level constant added to real standard-library source; its value asked."""
     name, value = rng.choice(CONSTANTS), _numbers(rng, 1, (4, 5, 6))[0]
     depth = DEPTHS[seed % len(DEPTHS)]
-    return _Draft(
+    return Draft(
         units=haystack("code", split, rng.randrange(2**32)),
         inserts=[(depth, f"{name} = {value}\n")],
         frame=_raw("", f"\n\n# Question: what is the value of {name}?\n# Answer: {name} ="),
@@ -486,11 +434,11 @@ def _two_facts(rng: random.Random, seed: int, same_kind: bool):
     return (asked, key, value, depth), (other, other_key, other_value, _spread(rng, 1, depth)[0])
 
 
-def followup(rng: random.Random, seed: int, split: str) -> _Draft:
+def followup(rng: random.Random, seed: int, split: str) -> Draft:
     """A document asked about one fact, answered, then asked about another in the same context."""
     (fact, key, value, depth), (first, key_a, value_a, other) = _two_facts(rng, seed, True)
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[(depth, fact.state(key, value)), (other, first.state(key_a, value_a))],
         frame=lambda text: (
@@ -506,11 +454,11 @@ def followup(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def kept(rng: random.Random, seed: int, split: str) -> _Draft:
+def kept(rng: random.Random, seed: int, split: str) -> Draft:
     """A document computed and kept on its own (a file, or LLM's prefix reuse), asked later."""
     (fact, key, value, depth), (other_fact, key_a, value_a, other) = _two_facts(rng, seed, False)
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[(depth, fact.state(key, value)), (other, other_fact.state(key_a, value_a))],
         frame=lambda text: (f"Read the documentation below.\n\n{text}\n\n", fact.ask(key)),
@@ -523,11 +471,11 @@ def kept(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def chat(rng: random.Random, seed: int, split: str) -> _Draft:
+def chat(rng: random.Random, seed: int, split: str) -> Draft:
     """A chat about a document (chat template), the follow-up about another part of it."""
     (fact, key, value, depth), (_, key_a, value_a, other) = _two_facts(rng, seed, True)
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[(depth, fact.state(key, value)), (other, fact.state(key_a, value_a))],
         frame=lambda text: (
@@ -543,21 +491,21 @@ def chat(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def freeform_text(rng: random.Random, seed: int, split: str) -> _Draft:
+def freeform_text(rng: random.Random, seed: int, split: str) -> Draft:
     """Real text to continue: the first tokens compared with keep-all's."""
     units, source = _prose(seed, split, rng)
-    return _Draft(units, [], lambda text: (text,), None, FREE_TOKENS, 1.0, source)
+    return Draft(units, [], lambda text: (text,), None, UNSCORED_TOKENS, 1.0, source)
 
 
-def freeform_chat(rng: random.Random, seed: int, split: str) -> _Draft:
+def freeform_chat(rng: random.Random, seed: int, split: str) -> Draft:
     """A chat answer about a document: the first tokens compared with keep-all's."""
     units, source = _prose(seed, split, rng)
-    return _Draft(
+    return Draft(
         units,
         [],
         lambda text: (f"{text}\n\nSummarize the text above in two sentences.",),
         None,
-        FREE_TOKENS,
+        UNSCORED_TOKENS,
         1.0,
         source,
         kind="chat",
@@ -580,14 +528,14 @@ SECOND_QUESTIONS = (
 )
 
 
-def _document_task(ask: Callable[[random.Random], tuple[str, ...]]) -> Callable[..., _Draft]:
+def _document_task(ask: Callable[[random.Random], tuple[str, ...]]) -> Callable[..., Draft]:
     """A chat about a real document: its first message the document and a request, any later
     ones follow-ups; the last reply judged against stock's."""
 
-    def family(rng: random.Random, seed: int, split: str) -> _Draft:
+    def family(rng: random.Random, seed: int, split: str) -> Draft:
         units, source = _prose(seed, split, rng)
         asked = ask(rng)
-        return _Draft(
+        return Draft(
             units,
             [],
             lambda text: (f"{text}\n\n{asked[0]}", *asked[1:]),
@@ -607,10 +555,10 @@ question = _document_task(lambda rng: (rng.choice(QUESTIONS),))
 second_turn = _document_task(lambda rng: (rng.choice(QUESTIONS), rng.choice(SECOND_QUESTIONS)))
 
 
-def completion(rng: random.Random, seed: int, split: str) -> _Draft:
+def completion(rng: random.Random, seed: int, split: str) -> Draft:
     """Real source, cut after a line: the next line written (LongBench's LCC), judged against
     stock's line, the file's own line beside it."""
-    return _Draft(
+    return Draft(
         units=haystack("code", split, rng.randrange(2**32)),
         inserts=[],
         frame=lambda text: (text + "\n",),
@@ -634,7 +582,7 @@ def _words(text: str) -> list[str]:
     return text.split()
 
 
-def option(rng: random.Random, seed: int, split: str) -> _Draft:
+def option(rng: random.Random, seed: int, split: str) -> Draft:
     """A real manual page (then others, to the length), asked which option does what one of its
     options is documented to do: the option's flags are the gold (its long name, or its short
     one), written by the page's authors. Options whose long name begins another's on the page
@@ -671,7 +619,7 @@ def option(rng: random.Random, seed: int, split: str) -> _Draft:
             return list(lines[start : start + n])
         return list(lines) + ["", *others(n - len(lines) - 1)]
 
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[],
         frame=_raw(
@@ -688,7 +636,7 @@ def option(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-def docstring(rng: random.Random, seed: int, split: str) -> _Draft:
+def docstring(rng: random.Random, seed: int, split: str) -> Draft:
     """A standard-library module's source with its docstring taken out, then asked for the
     docstring: the answer is scored against what the module's authors wrote (the first
     paragraph, by ROUGE-L, as LongBench scores summaries) and by the full model's judgment."""
@@ -710,7 +658,7 @@ def docstring(rng: random.Random, seed: int, split: str) -> _Draft:
         cut = next((i for i in range(n, 0, -1) if not lines[i - 1].strip()), n)
         return list(lines[:cut])
 
-    return _Draft(
+    return Draft(
         units=units,
         inserts=[],
         frame=lambda text: (
@@ -726,7 +674,7 @@ def docstring(rng: random.Random, seed: int, split: str) -> _Draft:
     )
 
 
-FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
+FAMILIES: dict[str, Callable[[random.Random, int, str], Draft]] = {
     "passkey": passkey,
     "lookalike": lookalike,
     "twohop": twohop,
@@ -750,151 +698,18 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], _Draft]] = {
     "docstring": docstring,
 }
 OPEN = ("summary", "question", "second-turn", "completion", "docstring")
-# open families scored against a gold text a person wrote, beside the judge
-GOLD_OPEN = ("completion", "docstring")
-SCORED = tuple(name for name in FAMILIES if not name.startswith("freeform"))
+UNSCORED = ("freeform-text", "freeform-chat")
+# the groups --families takes by name: `scored` is the exact and open-ended families together
+GROUPS = {
+    "all": list(FAMILIES),
+    "scored": [name for name in FAMILIES if name not in UNSCORED],
+    "freeform": list(UNSCORED),
+    "open": list(OPEN),
+}
 # through the chat template: none for a base model
 CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn")
 # One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
 SINGLE_PROMPT = tuple(name for name in FAMILIES if name not in ("followup", "kept", *CHAT_FAMILIES))
-
-
-def parse_families(text: str) -> list[str]:
-    """Family names from a comma list; 'all', 'scored' and 'freeform' name groups."""
-    groups = {
-        "all": list(FAMILIES),
-        "scored": list(SCORED),
-        "freeform": ["freeform-text", "freeform-chat"],
-        "open": list(OPEN),
-    }
-    names = []
-    for item in (part.strip() for part in text.split(",") if part.strip()):
-        if item not in groups and item not in FAMILIES:
-            raise LazymlxError(
-                f"unknown task family {item!r}; choose from: all, scored, freeform, open, "
-                f"{', '.join(FAMILIES)}"
-            )
-        names += groups.get(item, [item])
-    return list(dict.fromkeys(names))
-
-
-def first_seed(split: str) -> int:
-    if split not in SPLITS:
-        raise LazymlxError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
-    return 0 if split == "calibration" else VALIDATION_SEED
-
-
-def context_tokens(tokenizer: TokenizerWrapper, kind: str, segments: tuple[str, ...]) -> int:
-    """Tokens the whole conversation needs: the segments as the runner feeds them, plus the
-    replies generated before the scored one."""
-    if kind == "chat":
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": segments[0]}], add_generation_prompt=True, tokenize=False
-        )
-        first = tokenizer.encode(rendered, add_special_tokens=False, verbose=False)
-        later = sum(
-            len(tokenizer.encode(s, add_special_tokens=False, verbose=False)) for s in segments[1:]
-        )
-        turns = len(segments) - 1
-        return len(first) + later + turns * (CHAT_OVERHEAD + FIRST_REPLY)
-    total = len(tokenizer.encode(segments[0], verbose=False))
-    total += sum(
-        len(tokenizer.encode(s, add_special_tokens=False, verbose=False)) for s in segments[1:]
-    )
-    return total + (FIRST_ANSWER if kind == "followup" else 0)
-
-
-def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, split: str) -> Case:
-    """The case for (family, split, length, seed): the most haystack that fits in `length` tokens
-    with its scored answer, every planted number appearing only where it was planted (real text
-    may hold one already, or a document be too short for the length: then the next draw,
-    deterministically)."""
-    if family not in FAMILIES:
-        raise LazymlxError(f"unknown task family {family!r}; choose from: {', '.join(FAMILIES)}")
-    for attempt in range(20):
-        rng = random.Random(f"{family}:{split}:{length}:{seed}:{attempt}")
-        draft = FAMILIES[family](rng, seed, split)
-
-        def tokens(n: int, draft: _Draft = draft) -> int:
-            return context_tokens(tokenizer, draft.kind, draft.segments(n)) + draft.max_tokens
-
-        try:
-            count = _fit(tokens, length)
-        except TextRanOut:  # a document too short for the length: the next draw
-            continue
-        if count is None:
-            raise LazymlxError(
-                f"{length} tokens is too short for the {family} family; use at least 512"
-            )
-        segments = draft.segments(count)
-        if draft.clean(count):
-            return Case(
-                family, split, length, seed, draft.kind, segments, draft.gold,
-                draft.max_tokens, draft.depth, draft.source,
-                tuple(piece.strip() for _, piece in draft.inserts), draft.judge,
-                draft.target(count), draft.aliases,
-            )  # fmt: skip
-    raise LazymlxError(
-        f"no clean {family} case for seed {seed} at {length} tokens; use another seed"
-    )
-
-
-# Cases per family at each length: calibration chooses knobs, validation reports them.
-SUITE = {
-    "calibration": {256: 2, 512: 2, 1024: 3, 2048: 3, 4096: 1, 8192: 1},
-    "validation": {256: 3, 512: 3, 1024: 4, 2048: 4, 4096: 2, 8192: 2},
-}
-
-
-def suite_counts(split: str, lengths: list[int], cases: int | None = None) -> dict[int, int]:
-    """Cases per family at each length: `cases` if given, else the suite's (2 at other lengths)."""
-    first_seed(split)  # an unknown split is a clear error
-    return {length: cases or SUITE[split].get(length, 2) for length in lengths}
-
-
-def make_cases(
-    tokenizer: TokenizerWrapper,
-    families: list[str],
-    split: str,
-    counts: dict[int, int],
-) -> list[Case]:
-    """counts[length] cases of every family at each length, seeds from the split's first."""
-    start = first_seed(split)
-    return [
-        make_case(family, tokenizer, length, start + i, split)
-        for length, count in counts.items()
-        for family in families
-        for i in range(count)
-    ]
-
-
-def _fit(tokens: Callable[[int], int], length: int) -> int | None:
-    """The largest unit count n >= 1 with tokens(n) <= length (token counts grow with n). A text
-    that runs out first (TextRanOut past its last unit) must fill FILLED of the length."""
-
-    def fits(n: int) -> bool:
-        try:
-            return tokens(n) <= length
-        except TextRanOut:
-            return False
-
-    if not fits(1):
-        return None
-    low, high = 1, 2
-    while fits(high):
-        low, high = high, high * 2
-    while high - low > 1:  # tokens(low) fits, tokens(high) does not
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    try:
-        tokens(low + 1)
-    except TextRanOut:
-        if tokens(low) < FILLED * length:
-            raise
-    return low
-
-
-FILLED = 0.8  # a document shorter than this share of a case's length is no case of that length
 
 
 class TextRanOut(Exception):

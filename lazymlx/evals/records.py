@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lazymlx.errors import LazymlxError
 
 if TYPE_CHECKING:
-    from lazymlx.evals.families import Case
+    from lazymlx.evals.cases import Case
 
 BASELINE = "baseline"  # stock mlx-lm's mode in records and reports
 NO_IDLE = " no-idle"  # the suffix of a completing preset's run with no idle time before a turn

@@ -30,7 +30,7 @@ from lazymlx.engine.complete import complete_all
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.families import FIRST_ANSWER, FIRST_REPLY, Case
+from lazymlx.evals.cases import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.judge import Judge
 from lazymlx.evals.outcome import Outcome, Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, RecordKey, case_key

@@ -22,7 +22,8 @@ import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.families import SINGLE_PROMPT, make_case
+from lazymlx.evals.cases import make_case
+from lazymlx.evals.families import SINGLE_PROMPT
 from lazymlx.evals.outcome import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.generation import encode_prompt
 from lazymlx.platform import backend, blas_name, device_name
