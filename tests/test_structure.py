@@ -1,4 +1,5 @@
-"""The package's shape: its imports run one way (no cycle) and no function is over 60 lines.
+"""The package's shape: its imports run one way (no cycle), the evals' tallies and decisions
+import no app code, and no function is over 60 lines.
 
 Both read the source as text (ast), so they run in a second and need no model. The installed
 package is lazymlx/ with models/ and cli/ installed inside it (pyproject.toml's package-dir), so
@@ -14,6 +15,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"lazymlx": "lazymlx", "lazymlx.models": "models", "lazymlx.cli": "cli"}
 MAX_FUNCTION_LINES = 60
+# modules of lazymlx/evals/ that only tally records or decide from them: they re-decide an
+# earlier run's journal anywhere, so they must not reach the modules that run a conversation
+TALLIES = ("summary", "calibrate", "search", "scoring", "records")
+APP_MODULES = ("llm", "session", "contexts", "turn")
 
 
 def _modules() -> dict[str, Path]:
@@ -120,6 +125,35 @@ def test_the_package_has_no_import_cycle():
 def test_the_cycle_finder_finds_a_loop_and_passes_a_chain():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through other modules of the package."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_tallies_and_decisions_import_no_app_code():
+    graph = _import_graph()
+    app = {f"lazymlx.{name}" for name in APP_MODULES}
+    found = {
+        module: sorted(_reached(graph, module) & app)
+        for module in (f"lazymlx.evals.{name}" for name in TALLIES)
+    }
+    assert all(module in graph for module in found)
+    assert {module: app_code for module, app_code in found.items() if app_code} == {}, (
+        "these evals modules reach app code; import from lazymlx.evals.records instead"
+    )
+
+
+def test_the_walk_follows_imports_through_other_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert _reached(graph, "a") == {"a", "b", "c"} and _reached(graph, "d") == set()
 
 
 def _long_functions() -> Iterator[str]:
