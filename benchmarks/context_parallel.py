@@ -303,13 +303,14 @@ def group_row(adapter, alone: dict, ranked: dict) -> dict:
 
 
 def lazy_config(name: str, model: str) -> LazyConfig:
-    """A preset of the model's, or a calibration candidate by name (built from its default, as
-    calibrate builds it): the masks of a schedule no preset ships any more can still be
+    """A preset of the model's, or a calibration candidate by name (built from its default and
+    gentle rule, as calibrate builds it): the masks of a schedule no preset ships any more can still be
     replayed."""
     try:
         return resolve_preset(name, model)
     except LazymlxError:
-        return candidate_config(resolve_preset("default", model), name)
+        default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
+        return candidate_config(default, name, gentle)
 
 
 @dataclass

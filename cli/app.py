@@ -189,7 +189,8 @@ def _first_use_note(
 
     adapter = adapter_for(loaded[0])  # a windowed model prunes only at its global layers
     layers, ranking = len(adapter.layers), adapter.ranking_layers
-    minutes = _calibration_minutes(loaded, resolve_preset("default", model), layers, ranking)
+    default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
+    minutes = _calibration_minutes(loaded, default, gentle, layers, ranking)
     share = resolve_preset(preset, model).work_share(2048, layers, ranking)
     what = (
         "runs every prompt whole"
@@ -203,10 +204,12 @@ def _first_use_note(
     ), True
 
 
-def _calibration_minutes(loaded, default: LazyConfig, layers: int, ranking) -> float:
+def _calibration_minutes(
+    loaded, default: LazyConfig, gentle: LazyConfig, layers: int, ranking
+) -> float:
     """What `lazymlx calibrate` on its default cases would take here: stock timed on a
     256-token prompt and four decode steps, times what the search runs
-    (search.calibration_minutes), the cheapest candidates built from `default`."""
+    (search.calibration_minutes), the cheapest candidates built from `default` and `gentle`."""
     from lazymlx.evals.calibrate import SCHEDULES, candidate_config
     from lazymlx.evals.cases import suite_counts
     from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS
@@ -215,7 +218,7 @@ def _calibration_minutes(loaded, default: LazyConfig, layers: int, ranking) -> f
     from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths
 
     model, tokenizer = loaded
-    configs = {name: candidate_config(default, name) for name in SCHEDULES}
+    configs = {name: candidate_config(default, name, gentle) for name in SCHEDULES}
     shares = {name: lambda n, c=c: c.work_share(n, layers, ranking) for name, c in configs.items()}
     lengths = parse_lengths(CALIBRATION_LENGTHS)
     cheapest = [shares[name] for name in by_work(shares, lengths)]

@@ -674,8 +674,8 @@ class _Search:
             wanted.remove(REFERENCE_4BIT)
         self.references = _references(model, self.cache, wanted) if wanted else {}
         self.judge = _judge(run)
-        default = resolve_preset("default", model)
-        self.strategies = {s.mode: s for s in candidate_strategies(default, only)}
+        default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
+        self.strategies = {s.mode: s for s in candidate_strategies(default, only, gentle)}
         self.modes = {**self.strategies, BASELINE: BASELINE_STRATEGY}
         self.modes |= {mode: Strategy(mode, None) for mode in self.references}
         self.adapter = adapter_for(run.model)
@@ -982,11 +982,11 @@ def _save_choice(model: str, head: dict, result, bar, name: str, ship: bool) -> 
 
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
-    default = resolve_preset("default", model)
+    default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
     day = head.get("date") or datetime.date.today().isoformat()  # today's when re-deciding
     names = ("default", "gentle", "fast") if ship else (name, f"{name}-gentle", f"{name}-fast")
     chosen = {"default": result.chosen or ("keep-all" if ship else None), "fast": result.fast}
-    made = {key: candidate_config(default, c) for key, c in chosen.items() if c is not None}
+    made = {key: candidate_config(default, c, gentle) for key, c in chosen.items() if c is not None}
     base = made["default"] if result.chosen else made.get("fast")
     if base is not None:
         made["gentle"] = gentler(base)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -81,6 +82,18 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
     assert resolve_preset("static", "m").schedule == PRESETS["gentle"].schedule
     assert "default" not in candidate_configs(resolve_preset("default", "m"))
     assert "default" in candidate_configs(PRESETS["gentle"])
+
+
+def test_candidates_build_on_the_models_own_gentle_rule_as_its_strategies_do():
+    # a model whose default runs whole and that ships its own gentle (as Gemma 3 does): its
+    # candidates keep that rule's scoring, as resolve_preset's comparison strategies do
+    gentle = replace(PRESETS["gentle"], window=4, pool=6)
+    save_preset("m", "gentle", gentle, {})
+    default, own = resolve_preset("default", "m"), resolve_preset("gentle", "m")
+    candidate = candidate_config(default, "0.5@24% 0.3@57%", own)
+    assert (candidate.window, candidate.pool) == (4, 6)
+    assert resolve_preset("static", "m").window == 4
+    assert candidate_config(default, "0.5@24% 0.3@57%").window == PRESETS["gentle"].window
 
 
 def test_preset_errors():

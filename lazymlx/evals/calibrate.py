@@ -83,26 +83,34 @@ def gate_tokens(name: str) -> int | None:
     return None if gate is None else int(gate["tokens"])
 
 
-def candidate_configs(default: LazyConfig) -> dict[str, LazyConfig]:
-    """Every listed candidate's config, built from a model's default; a default that prunes
-    nothing is no candidate (its answers are stock's)."""
+def candidate_configs(
+    default: LazyConfig, gentle: LazyConfig | None = None
+) -> dict[str, LazyConfig]:
+    """Every listed candidate's config, built from a model's default (and its own gentle rule,
+    as candidate_config takes it); a default that prunes nothing is no candidate (its answers
+    are stock's)."""
     names = [name for name in CANDIDATES if default.prunes or name != "default"]
-    return {name: candidate_config(default, name) for name in names}
+    return {name: candidate_config(default, name, gentle) for name in names}
 
 
-def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
+def candidate_config(
+    default: LazyConfig, name: str, gentle: LazyConfig | None = None
+) -> LazyConfig:
     """A candidate by name: "default", "keep-all", or a schedule written as the listed ones are ("0.3@24%
     0.2@57%": keep 30% at 24% of depth, then 20% of those at 57%; "min256" after it keeps at
     least 256 tokens at each prune, none the default's floor; " sparse" then decodes without
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
     whose answers survive harder pruning can be tried on it. A mass rule starts "mass0.9" (keep
     the fewest tokens holding 90% of the attention, the ratios its ceilings) and may set its
-    least share after the steps ("mass0.9 1@24% 0.5@57% least0.05 min256")."""
+    least share after the steps ("mass0.9 1@24% 0.5@57% least0.05 min256"). A schedule keeps
+    the rest of the model's pruning base (config.pruning_base): its default where that prunes,
+    else `gentle`, the model's own gentle rule (None: the built-in one), as presets.py builds
+    the comparison strategies."""
     if name == "keep-all":  # what a model ships where no candidate holds: every prompt whole
         return PRESETS["keep-all"]
     gate = _GATE.fullmatch(name)
     if gate:
-        chosen = candidate_config(default, gate["candidate"])
+        chosen = candidate_config(default, gate["candidate"], gentle)
         return replace(chosen, min_prompt=int(gate["tokens"]))
     if name == "default":
         return default
@@ -123,7 +131,7 @@ def candidate_config(default: LazyConfig, name: str) -> LazyConfig:
         )
     pairs = tuple((float(step["depth"]) / 100, float(step["ratio"])) for step in steps)
     return replace(
-        pruning_base(default),
+        pruning_base(default, gentle),
         schedule=pairs,
         mass=float(mass["share"]) if mass else 0.0,
         least=float(least["share"]) if least else 0.0,
@@ -141,15 +149,18 @@ def gentler(config: LazyConfig) -> LazyConfig:
     return replace(config, schedule=tuple((depth, (1 + r) / 2) for depth, r in config.schedule))
 
 
-def candidate_strategies(default: LazyConfig, only: list[str] | None = None) -> list[Strategy]:
-    """The candidates to run, `only` those named if given. A default that equals a candidate (a
-    calibrated model's) runs once, under the candidate's name, sparse or not: each run of a 4k
-    case is minutes of CPU here."""
-    made = candidate_configs(default)
+def candidate_strategies(
+    default: LazyConfig, only: list[str] | None = None, gentle: LazyConfig | None = None
+) -> list[Strategy]:
+    """The candidates to run, `only` those named if given, built from the model's default and
+    gentle rule (candidate_config). A default that equals a candidate (a calibrated model's)
+    runs once, under the candidate's name, sparse or not: each run of a 4k case is minutes of
+    CPU here."""
+    made = candidate_configs(default, gentle)
     twin = next((n for n, config in made.items() if n != "default" and config == default), None)
     if only is None:  # the schedules, and the default under its twin's name if it has one
         only = [name for name in made if not name.endswith(SPARSE) or name == twin]
-    run = {name: candidate_config(default, name) for name in only}
+    run = {name: candidate_config(default, name, gentle) for name in only}
     if twin in run:
         run.pop("default", None)
     return [Strategy(name, config) for name, config in run.items()]
