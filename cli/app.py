@@ -185,13 +185,14 @@ def _first_use_note(
     if note is None or quiet or collectives.size() > 1 or not _first_time(model):
         return note, False
     from lazymlx.engine.presets import resolve_preset
+    from lazymlx.evals.calibration import expected_minutes
     from lazymlx.models.adapters import adapter_for
 
+    minutes = expected_minutes(*loaded, model)
     adapter = adapter_for(loaded[0])  # a windowed model prunes only at its global layers
-    layers, ranking = len(adapter.layers), adapter.ranking_layers
-    default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
-    minutes = _calibration_minutes(loaded, default, gentle, layers, ranking)
-    share = resolve_preset(preset, model).work_share(2048, layers, ranking)
+    share = resolve_preset(preset, model).work_share(
+        2048, len(adapter.layers), adapter.ranking_layers
+    )
     what = (
         "runs every prompt whole"
         if share >= 1
@@ -202,36 +203,6 @@ def _first_use_note(
         f"`lazymlx calibrate -m {model}` takes about {minutes:.0f} minutes on this machine"
         + (" (--minutes 10 fits it to ten)" if minutes > 10 else "")
     ), True
-
-
-def _calibration_minutes(
-    loaded, default: LazyConfig, gentle: LazyConfig, layers: int, ranking
-) -> float:
-    """What `lazymlx calibrate` on its default cases would take here: stock timed on a
-    256-token prompt and four decode steps, times what the search runs
-    (search.calibration_minutes), the cheapest candidates built from `default` and `gentle`."""
-    from lazymlx.evals.calibrate import SCHEDULES, candidate_config
-    from lazymlx.evals.cases import suite_counts
-    from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS
-    from lazymlx.evals.outcome import run_once
-    from lazymlx.evals.search import Speed, by_work, calibration_minutes
-    from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths
-
-    model, tokenizer = loaded
-    configs = {name: candidate_config(default, name, gentle) for name in SCHEDULES}
-    shares = {name: lambda n, c=c: c.work_share(n, layers, ranking) for name, c in configs.items()}
-    lengths = parse_lengths(CALIBRATION_LENGTHS)
-    cheapest = [shares[name] for name in by_work(shares, lengths)]
-    families = [f for f in FAMILIES if tokenizer.chat_template or f not in CHAT_FAMILIES]
-    run = run_once(model, tokenizer, [3 + i % 200 for i in range(256)], 4, None)
-    speed = Speed(1 / run.prompt_tps, 1 / run.generation_tps if run.generation_tps else 0.0)
-    return calibration_minutes(
-        speed,
-        suite_counts("calibration", lengths),
-        families,
-        cheapest,
-        lambda family: OPEN_TOKENS if family in OPEN else 16,
-    )
 
 
 def _told(loaded, preset: str, model: str):

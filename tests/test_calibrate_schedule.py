@@ -287,15 +287,15 @@ def test_a_budget_is_not_spent_on_runs_the_cache_already_holds():
 def test_calibrate_with_minutes_sizes_the_cases_to_what_the_cache_leaves_to_run(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch
 ):
-    from lazymlx.cli import measure
+    from lazymlx.evals import calibration
 
-    pace = measure._pace
+    pace = calibration._pace
 
     def slow(*args):  # the tiny model at a big one's pace: sizing is what it decides
         _, probe = pace(*args)
         return Speed(0.03, 0.0), probe
 
-    monkeypatch.setattr(measure, "_pace", slow)
+    monkeypatch.setattr(calibration, "_pace", slow)
     args = [
         "calibrate", "-m", str(tiny_model_dir), "--families", "completion,passkey",
         "--lengths", "600,1000", "--cases", "1", "--per-length", "0", "--per-family", "0",

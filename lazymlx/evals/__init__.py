@@ -1,1 +1,3 @@
-"""The offline accuracy suite: long-context retrieval tasks generated from a seed, and their runner."""
+"""The offline accuracy suite: long-context tasks generated from a seed, their runner, and the
+measuring calls behind `lazymlx eval` and `lazymlx calibrate` (evaluation.evaluate_model,
+calibration.calibrate_model)."""

@@ -21,6 +21,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from lazymlx.engine.presets import resolve_preset, saved_presets, shipped_presets
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.cases import make_case
 from lazymlx.evals.families import SINGLE_PROMPT
@@ -152,3 +153,57 @@ def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -
         "repeats": len(runs),
         "text": first.text,
     }
+
+
+def run_header(model_name: str, strategies: list[Strategy], **settings) -> dict:
+    """A measuring run's header (`header`), with what each of its strategies does."""
+    presets = {s.mode: s.config.describe() if s.config else "stock mlx-lm" for s in strategies}
+    return header(model_name, **settings) | {"presets": presets}
+
+
+def pruning_presets(model_name: str) -> tuple[list[str], list[str]]:
+    """The model's presets that prune, and those that run every prompt whole (stock's work, so
+    timing one would time stock against itself): default, gentle, fast and any it ships or
+    `lazymlx calibrate` saved for it."""
+    names = ["default", "gentle", "fast", *shipped_presets(model_name), *saved_presets(model_name)]
+    names = list(dict.fromkeys(names))
+    pruning = [name for name in names if resolve_preset(name, model_name).prunes]
+    return pruning, [name for name in names if name not in pruning]
+
+
+def beside_the_chain(
+    model: nn.Module, strategies: list[Strategy], ranks: int
+) -> tuple[list[Strategy], Callable[[Strategy], AbstractContextManager] | None]:
+    """On a context-parallel chain (ranks > 0) each strategy twice, on rank 0 alone and on the
+    chain (its mode then says "on N ranks"), and `bench`'s `where` for them; else the
+    strategies as they are, run where the caller runs."""
+    from lazymlx import context_parallel
+    from lazymlx.engine.cache import LazyState
+
+    if not ranks:
+        return strategies, None
+    context_parallel.check_model(LazyState(model))  # refused before any run
+    chained = [Strategy(f"{s.mode} on {ranks} ranks", s.config) for s in strategies]
+    on_chain = {s.mode for s in chained}
+
+    def where(strategy: Strategy) -> AbstractContextManager:
+        return nullcontext() if strategy.mode in on_chain else context_parallel.alone()
+
+    return [s for pair in zip(strategies, chained, strict=True) for s in pair], where
+
+
+def against_one_process(rows: list[dict], ranks: int) -> list[dict]:
+    """Each chain row with its ranks, its TTFT against one process's with the same strategy,
+    and whether its answer is one process's; the other rows with 1 rank (no chain: as they
+    are)."""
+    if not ranks:
+        return rows
+    alone = {(row["prompt_tokens"], row["mode"]): row for row in rows}
+    suffix = f" on {ranks} ranks"
+    for row in rows:
+        one = alone.get((row["prompt_tokens"], row["mode"].removesuffix(suffix)))
+        chained = row["mode"].endswith(suffix)
+        row["ranks"] = ranks if chained else 1
+        row["vs_one_process"] = one["ttft_s"] / row["ttft_s"] if chained else None
+        row["same_as_one_process"] = one["text"] == row["text"] if chained else None
+    return rows
