@@ -2,8 +2,8 @@
 model loaded (converted where needed, with a progress bar), split over the group under mlx.launch
 or, with --parallel context, whole on every rank of a chain.
 
-Its own module so that every command's module (cli/app.py, cli/measure.py) imports it, not each
-other."""
+Its own module so that every command's module (cli/generate.py, cli/bench.py, ...) imports it,
+not each other."""
 
 from __future__ import annotations
 

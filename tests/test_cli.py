@@ -732,7 +732,7 @@ def test_a_file_without_lazymlxs_metadata_is_refused(tmp_path: Path, tiny_model_
 
 
 def test_an_uncalibrated_model_says_so_in_one_dim_line(tiny_model_dir: Path):
-    from lazymlx.cli.app import _first_time
+    from lazymlx.cli.notes import _first_time
 
     _first_time(str(tiny_model_dir))  # used before: its first-use line is test_first_use's
     result = runner.invoke(app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2"])

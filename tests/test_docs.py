@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from lazymlx.cli import app as cli_app
-from lazymlx.cli import measure
+from lazymlx.cli import bench, calibrate_command, chat_command, evaluate, generate, serve
 from lazymlx.engine.presets import resolve_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,12 +172,12 @@ def _defaults(command) -> dict[str, object]:
 
 
 COMMANDS = {
-    "chat": cli_app.chat,
-    "generate": cli_app.generate,
-    "serve": cli_app.serve,
-    "bench": measure.bench,
-    "eval": measure.evaluate,
-    "calibrate": measure.calibrate,
+    "chat": chat_command.chat,
+    "generate": generate.generate,
+    "serve": serve.serve,
+    "bench": bench.bench,
+    "eval": evaluate.evaluate,
+    "calibrate": calibrate_command.calibrate,
 }
 
 

@@ -234,7 +234,7 @@ def test_eval_right_only_runs_presets_on_the_baselines_right_answers_alone(
 
 
 def _gold(family: str, model_dir: Path, seed: int) -> str:
-    from lazymlx.cli.app import load_model
+    from lazymlx.cli.loading import load_model
     from lazymlx.evals.cases import make_case
 
     return make_case(family, load_model(str(model_dir))[1], 1000, seed, "validation").gold

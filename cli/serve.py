@@ -1,0 +1,67 @@
+"""`lazymlx serve`: the model behind an OpenAI-compatible HTTP API (lazymlx/server.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Annotated
+
+import typer
+
+from lazymlx.cli import options
+from lazymlx.cli.console import err
+from lazymlx.cli.loading import Parallel, join_parallel, load_model
+from lazymlx.cli.notes import told
+from lazymlx.models.registry import DEFAULT_MODEL
+
+
+def serve(
+    model: options.ModelOption = DEFAULT_MODEL,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; 0.0.0.0 exposes it to the network.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="0 picks a free one.")
+    ] = 8080,
+    lazy: options.Lazy = "default",
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, help="The most tokens one request may generate.")
+    ] = 4096,
+    max_request_mb: Annotated[
+        float, typer.Option("--max-request-mb", min=0.001, help="The largest request body.")
+    ] = 4.0,
+    context_gb: Annotated[
+        float,
+        typer.Option(
+            "--context-gb", min=0.0, help="Memory kept for reusing conversations' context."
+        ),
+    ] = 2.0,
+    parallel: Parallel = "tensor",
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
+    from lazymlx.collectives import on_leader
+    from lazymlx.llm import LLM
+    from lazymlx.server import Limits, listen
+    from lazymlx.server import serve as run_server
+
+    join_parallel(parallel, model)
+    options.lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
+    sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
+    with sock or contextlib.nullcontext():
+        llm = LLM(
+            lambda: told(load_model(model), lazy, model),
+            lazy=lazy,
+            context_bytes=int(context_gb * 1e9),
+        )
+        if sock is None:  # another rank of a group: it runs the requests rank 0 hands on
+            # Ctrl-C in a terminal reaches every rank; rank 0 stops serving and tells the others
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            llm.follow()
+            return
+        address = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        where = f"http://{address}:{sock.getsockname()[1]}/v1"  # the port given, or the one picked
+        err.print(f"serving {model} at {where} (OpenAI-compatible; Ctrl-C stops)", soft_wrap=True)
+        try:
+            run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
+        finally:
+            llm.close()
