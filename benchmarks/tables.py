@@ -8,7 +8,7 @@
 .venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
 .venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
-.venv/bin/python benchmarks/tables.py multiturn benchmarks/results/models/qwen2.5-coder-0.5b/multiturn_validation.jsonl
+.venv/bin/python benchmarks/tables.py multiturn JOURNAL  # the multi-turn eval run_published.sh makes (not committed)
 .venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_256.json
 .venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b.json
 """

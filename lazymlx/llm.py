@@ -53,6 +53,7 @@ from lazymlx.generation import (
     encode_prompt,
     resolve_lazy,
 )
+from lazymlx.models.registry import DEFAULT_MODEL
 from lazymlx.turn import render_chat, run_turn
 from lazymlx.worker import GENERATION_THREAD
 
@@ -181,7 +182,7 @@ class LLM:
 
     def __init__(
         self,
-        model: str | Loader = "smollm2-135m",
+        model: str | Loader = DEFAULT_MODEL,
         lazy: LazyConfig | str | None = "default",
         context_bytes: int = 2 << 30,
         idle: bool = True,

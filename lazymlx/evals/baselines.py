@@ -48,11 +48,6 @@ def fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def packaged_file(model_name: str) -> Path:
-    """Where a registry model's committed baselines live (`--baselines` when regenerating)."""
-    return PACKAGED / f"{model_name}.json"
-
-
 def _read_packaged() -> dict[str, Any]:
     entries: dict[str, Any] = {}
     for path in sorted(PACKAGED.glob("*.json")):

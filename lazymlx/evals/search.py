@@ -178,10 +178,6 @@ def _open_reason(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -
     return f"{failing[0].name}, open-ended" if failing else None
 
 
-def _families(plan: Plan) -> list[str]:
-    return list(dict.fromkeys(c[0] for c in plan.cases))
-
-
 def next_run(plan: Plan, records: Sequence[Record]) -> Run | None:
     """The run that comes next, or None when the answer is known: stock, then the reference,
     on every case; then the cheapest candidate still wanted, on its next case. A candidate is
