@@ -273,6 +273,33 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     presets_file().unlink()
 
 
+def test_calibrate_model_is_the_commands_search_as_a_python_call(tiny_model_dir: Path, tmp_path):
+    from contextlib import contextmanager
+
+    from lazymlx.evals.calibrate import Bar
+    from lazymlx.evals.calibration import calibrate_model
+
+    model, told = str(tiny_model_dir), []
+
+    @contextmanager
+    def progress(expected_s: float):
+        told.append(expected_s)
+        yield told.append
+
+    done = calibrate_model(
+        model, lengths="1000", families="completion", cases=1, bar=Bar(0, 0, 0),
+        baselines=str(tmp_path / "b.json"), save="py", progress=progress,
+    )  # fmt: skip
+    assert told[0] > 0 and any(str(run).startswith("completion 1000 #0") for run in told[1:])
+    assert done.choice.chosen is not None and done.head["chosen"] == done.choice.chosen
+    assert [s.preset for s in done.saved] == ["py", "py-gentle", "py-fast"]
+    assert done.saved[0].candidate == done.choice.chosen and done.saved[0].path == presets_file()
+    assert resolve_preset("py", model).prunes
+    with pytest.raises(LazymlxError, match="--minutes sizes a run"):
+        calibrate_model(model, minutes=1, records=str(tmp_path / "any.jsonl"))
+    presets_file().unlink()
+
+
 def test_calibrate_runs_only_the_candidates_named(tiny_model_dir: Path, tmp_path: Path, capsys):
     model = str(tiny_model_dir)
     args = [
