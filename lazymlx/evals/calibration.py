@@ -125,7 +125,7 @@ def calibrate_model(
     saved = []
     if save is not None or ship:
         check_chosen(choice, bar)
-        saved = save_choice(head.get("model", model), head, choice, bar, save or "", ship)
+        saved = save_choice(head.get("model", model), head, choice, bar, save, ship)
     return Calibrated(head, choice, saved)
 
 
@@ -249,11 +249,11 @@ def check_chosen(choice: Calibration, bar: Bar) -> None:
 
 
 def save_choice(
-    model: str, head: dict, choice: Calibration, bar: Bar, name: str, ship: bool
+    model: str, head: dict, choice: Calibration, bar: Bar, name: str | None, ship: bool
 ) -> list[SavedPreset]:
-    """Save the chosen presets as the user's NAME, NAME-gentle and NAME-fast, or (ship) write
-    them into lazymlx's own data as a registry model's default, gentle and fast, each with how
-    it was chosen. Where no candidate met the default's bar the default runs whole, and gentle
+    """Save the chosen presets as the user's NAME, NAME-gentle and NAME-fast, or (ship, which
+    needs no name) write them into lazymlx's own data as a registry model's default, gentle and
+    fast, each with how it was chosen. Where no candidate met the default's bar the default runs whole, and gentle
     is half of fast's pruning."""
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
