@@ -721,7 +721,8 @@ class _Runner:
                 scores = step.ranker.row_scores(observed, cache, scale)
             return scores
 
-        kept, _ = rank_own(step.ranker, layer, row_scores, count, sinks, bounds, config.mass)
+        kept, _ = rank_own(step.ranker, layer, row_scores, count, sinks, bounds, config)
+        step.prune &= kept.size < count  # spread attention: whole from here, as in one process
         mask[:] = 0
         mask[np.array(kept)] = 1
         return mx.array(mask)

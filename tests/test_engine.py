@@ -295,6 +295,7 @@ PROPERTY_MODEL = None
     min_keep=st.sampled_from([0, 5, 40]),
     mass=st.sampled_from([0.0, 0.0, 0.5, 0.9, 1.0]),
     least=st.sampled_from([0.0, 0.1]),
+    dense=st.sampled_from([1.0, 0.5]),
 )
 def test_random_schedules_keep_every_invariant(
     schedule,
@@ -311,6 +312,7 @@ def test_random_schedules_keep_every_invariant(
     min_keep,
     mass,
     least,
+    dense,
 ):
     global PROPERTY_MODEL
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
@@ -326,6 +328,7 @@ def test_random_schedules_keep_every_invariant(
         min_keep=min_keep,
         mass=mass,
         least=least,
+        dense=dense,
     )
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL)
@@ -347,7 +350,9 @@ def test_random_schedules_keep_every_invariant(
             n = len(computed)
             low, high = config.kept_bounds(keep[layer], n) if layer in keep else (n, n)
             went_on = len(first[layer + 1])
-            assert min(n, max(low, forced)) <= went_on <= min(n, max(high, forced))
+            assert min(n, max(low, forced)) <= went_on <= min(n, max(high, forced)) or (
+                went_on == n and dense < 1  # spread attention: whole from there
+            )
             if not 0 < mass < 1:  # a fixed ratio, or a mass rule keeping up to its ceiling
                 assert went_on == min(n, max(high, forced))
     depth = np.array(state.aux.depths())
@@ -358,16 +363,22 @@ def test_a_mass_rule_keeps_few_of_sharp_attention_and_most_of_spread_attention()
     sharp = mx.array([0.0] * 90 + [10.0] * 5 + [0.0] * 5)  # the mass on 5 tokens of 100
     spread = mx.ones(100)
     none = mx.zeros(100, dtype=mx.bool_)
-    assert prefill.mass_count(sharp, none, (1, 100), 0.9) == 5
-    assert prefill.mass_count(spread, none, (1, 100), 0.9) == 90
+
+    def count(scores, bounds, mass, forced=none, dense=1.0):
+        return prefill.mass_count(scores, forced, bounds, LazyConfig(mass=mass, dense=dense))
+
+    assert count(sharp, (1, 100), 0.9) == 5
+    assert count(spread, (1, 100), 0.9) == 90
     # the floor and the ceiling bound it; p = 1 (or no mass rule) keeps the ceiling's count
-    assert prefill.mass_count(sharp, none, (20, 100), 0.9) == 20
-    assert prefill.mass_count(spread, none, (1, 50), 0.9) == 50
-    assert prefill.mass_count(sharp, none, (1, 100), 1.0) == 100
-    assert prefill.mass_count(sharp, none, (1, 60), 0.0) == 60
+    assert count(sharp, (20, 100), 0.9) == 20
+    assert count(spread, (1, 50), 0.9) == 50
+    assert count(sharp, (1, 100), 1.0) == 100
+    assert count(sharp, (1, 60), 0.0) == 60
     # forced tokens (sinks, the last one) go on beside the mass's, their scores aside
-    forced = mx.arange(100) >= 98
-    assert prefill.mass_count(sharp, forced, (1, 100), 0.9) == 7
+    assert count(sharp, (1, 100), 0.9, forced=mx.arange(100) >= 98) == 7
+    # spread past `dense` of the tokens: every one goes on, past any ceiling
+    assert count(spread, (1, 50), 0.9, dense=0.5) == 100
+    assert count(sharp, (1, 100), 0.9, dense=0.5) == 5
 
 
 def test_a_mass_rule_prunes_a_real_prompt_step_between_its_bounds():
@@ -385,8 +396,26 @@ def test_a_mass_rule_prunes_a_real_prompt_step_between_its_bounds():
     assert "60% of the attention" in config.describe()
 
 
+def test_a_spread_prompt_runs_whole_from_the_layer_that_says_so(monkeypatch):
+    """A mass rule with dense: where the attention's mass needs more than that share of the
+    prompt, every token goes on there and past every later pruning layer (stock's keys)."""
+    model = random_model(num_layers=6, seed=5)
+    spread = LazyConfig(schedule=((0.34, 1.0), (0.67, 0.5)), mass=0.9, dense=0.01)
+    state = LazyState(model)
+    state.record = []
+    prompt = random_tokens(300)
+    engine_greedy(model, prompt, 4, spread, state)
+    assert [len(p) for _, p in state.record[:6]] == [300] * 6
+    assert (np.array(state.aux.depths()) == 6).all()
+    sharp = LazyConfig(schedule=spread.schedule, mass=0.9, dense=0.999)
+    state = LazyState(model)
+    state.record = []
+    engine_greedy(model, prompt, 4, sharp, state)
+    assert len(state.record[3][1]) < 300  # the same mass, under its dense share: pruned
+
+
 def test_mass_and_least_must_be_shares():
-    for field in ("mass", "least"):
+    for field in ("mass", "least", "dense"):
         for bad in (-0.1, 1.5, True, "0.9"):
             with pytest.raises(LazymlxError, match=field):
                 LazyConfig(schedule=((0.5, 1.0),), **{field: bad})

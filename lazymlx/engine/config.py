@@ -41,6 +41,10 @@ class LazyConfig:
         attention sits on a few tokens, keeps few; a summary, whose attention is spread, keeps
         most. p = 1 keeps every token up to the ceiling.
     least: under a mass rule, the least share of the tokens that goes on past each prune.
+    dense: under a mass rule, a prompt step whose mass needs more than this share of its tokens
+        at a pruning layer keeps every token there and runs whole from there on: its attention
+        is spread over the prompt (a summary, a question about the whole of it), and it needs
+        all of it. 1: never.
     keep_first: the first tokens (attention sinks) are never pruned; the step's last token
         always goes on.
     window: tokens are scored by the attention the last `window` carried tokens pay them,
@@ -77,6 +81,7 @@ class LazyConfig:
     schedule: tuple[tuple[float, float], ...] = ()
     mass: float = 0.0
     least: float = 0.0
+    dense: float = 1.0
     keep_first: int = 0
     window: int = 1
     past_template: bool = False
@@ -97,7 +102,7 @@ class LazyConfig:
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
             if value < (1 if name == "window" else 0):
                 raise LazymlxError(f"{name} must be >= {int(name == 'window')}, got {value}")
-        for name in ("mass", "least"):
+        for name in ("mass", "least", "dense"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise LazymlxError(f"{name} must be a number in [0, 1], got {value!r}")
@@ -155,6 +160,8 @@ class LazyConfig:
         the attention decides, so this is the most it computes, or with `fewest` the least."""
         if not self.prunes or tokens < self.min_prompt or tokens <= 0:
             return 1.0
+        if self.mass and self.dense < 1 and not fewest:  # the attention may call for all of it
+            return 1.0
         ratios, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
         forced = min(tokens, min(self.keep_first, tokens) + 1)
         for layer in range(num_layers):
@@ -197,6 +204,8 @@ class LazyConfig:
                 steps += f" (at most {most})"
             if self.least:
                 steps += f", at least {self.least:.0%}"
+            if self.dense < 1:
+                steps += f", whole where that is over {self.dense:.0%} of the prompt"
         else:
             steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
         if self.keep_first:

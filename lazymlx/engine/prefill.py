@@ -185,7 +185,7 @@ class Carried:
 
 
 def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array:
-    state, config, prune, ranker = step.state, step.config, step.prune, step.ranker
+    state, config, ranker = step.state, step.config, step.ranker
     adapter, aux = state.adapter, state.aux
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
@@ -210,14 +210,15 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         if deepest or layer not in ratios:
             continue
         own = carried.positions.size - carried.revived
-        bounds = own_bounds(config, ratios[layer], own, sinks, prune)
+        bounds = own_bounds(config, ratios[layer], own, sinks, step.prune)
         backlog = waiting is not None and waiting[layer + 1] > 0
         if bounds[0] >= own and not carried.revived and not backlog:
             continue
         scale = block.self_attn.scale
         scores = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_scores(o, c, s))
         aux.make_slots(adapter.hidden_size, state.dtype)
-        kept, dropped = rank_own(ranker, layer, scores, own, sinks, bounds, config.mass)
+        kept, dropped = rank_own(ranker, layer, scores, own, sinks, bounds, config)
+        step.prune &= kept.size < own or bounds[0] >= own  # spread attention: whole from here
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
         if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
@@ -252,28 +253,30 @@ def rank_own(
     own: int,
     sinks: int,
     bounds: tuple[int, int],
-    mass: float,
+    config: LazyConfig,
 ) -> tuple[mx.array, mx.array]:
     """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
     last token always among them, k between `bounds` (the mass rule's count, or the one count
-    of a fixed ratio). (kept, ascending; dropped)."""
+    of a fixed ratio), or every one where the mass is spread past `config.dense`. (kept,
+    ascending; dropped)."""
     scores = ranker.own(layer, row_scores, own)
     index = mx.arange(own)
     forced = (index < sinks) | (index == own - 1)
     order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
-    k = mass_count(scores, forced, bounds, mass)
+    k = mass_count(scores, forced, bounds, config)
     kept = mx.sort(order[:k])
     ranker.narrow(kept)
     return kept, order[k:]
 
 
 def mass_count(
-    scores: mx.array, forced: mx.array | None, bounds: tuple[int, int], mass: float
+    scores: mx.array, forced: mx.array | None, bounds: tuple[int, int], config: LazyConfig
 ) -> int:
     """How many tokens go on: with a mass rule (0 < mass < 1) the forced ones and the fewest
-    others whose scores hold `mass` of the others' total, clamped to `bounds`; else the most.
-    One host sync, only where the bounds leave a choice."""
-    low, high = bounds
+    others whose scores hold `mass` of the others' total, clamped to `bounds`, or all of them
+    where that is over `dense` of them; else the most. One host sync, only where the bounds
+    leave a choice."""
+    low, high, mass = *bounds, config.mass
     if low >= high or not 0 < mass < 1:
         return high
     free = scores.astype(mx.float32)
@@ -283,7 +286,10 @@ def mass_count(
     held = mx.cumsum(mx.sort(free)[::-1])
     need = mx.sum(held < mass * held[-1]) + 1
     fixed = 0 if forced is None else mx.sum(forced)
-    return min(max(int((need + fixed).item()), low), high)
+    count = int((need + fixed).item())
+    if count > config.dense * scores.size:
+        return scores.size
+    return min(max(count, low), high)
 
 
 def _revive(
@@ -308,7 +314,7 @@ def _revive(
     shaped = ranker.shape_rows(scores, row_positions)
     context, back = shaped[:split], shaped[split : split + revived]
     config = step.config
-    count = mass_count(shaped, None, config.kept_bounds(ratio, cache.rows), config.mass)
+    count = mass_count(shaped, None, config.kept_bounds(ratio, cache.rows), config)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []

@@ -67,6 +67,7 @@ _STEP = re.compile(r"(?P<ratio>\d*\.?\d+)@(?P<depth>\d+(?:\.\d+)?)%")
 _FLOOR = re.compile(r"min(?P<tokens>\d+)")  # min256: at least 256 tokens on past each prune
 _MASS = re.compile(r"mass(?P<share>\d*\.?\d+)")  # mass0.9: keep what holds 90% of the attention
 _LEAST = re.compile(r"least(?P<share>\d*\.?\d+)")  # least0.05: at least 5% on past each prune
+_DENSE = re.compile(r"dense(?P<share>\d*\.?\d+)")  # dense0.3: whole where the mass needs > 30%
 # "X from3840": candidate X with prompts under 3,840 tokens run whole (its min_prompt)
 _GATE = re.compile(r"(?P<candidate>.+) from(?P<tokens>\d+)")
 GATE_STEP = 256  # gates are whole multiples of this many tokens
@@ -102,7 +103,8 @@ def candidate_config(
     revival; " from3840" last runs prompts under 3,840 tokens whole), listed or not, so a model
     whose answers survive harder pruning can be tried on it. A mass rule starts "mass0.9" (keep
     the fewest tokens holding 90% of the attention, the ratios its ceilings) and may set its
-    least share after the steps ("mass0.9 1@24% 0.5@57% least0.05 min256"). A schedule keeps
+    least share and the share past which a prompt runs whole after the steps ("mass0.9 1@24%
+    0.5@57% least0.05 dense0.3 min256"). A schedule keeps
     the rest of the model's pruning base (config.pruning_base): its default where that prunes,
     else `gentle`, the model's own gentle rule (None: the built-in one), as presets.py builds
     the comparison strategies."""
@@ -120,6 +122,8 @@ def candidate_config(
     words = words[1:] if mass else words
     floor = _FLOOR.fullmatch(words[-1]) if words else None
     words = words[:-1] if floor else words
+    dense = _DENSE.fullmatch(words[-1]) if mass and words else None
+    words = words[:-1] if dense else words
     least = _LEAST.fullmatch(words[-1]) if mass and words else None
     words = words[:-1] if least else words
     steps = [_STEP.fullmatch(step) for step in words]
@@ -135,6 +139,7 @@ def candidate_config(
         schedule=pairs,
         mass=float(mass["share"]) if mass else 0.0,
         least=float(least["share"]) if least else 0.0,
+        dense=float(dense["share"]) if dense else 1.0,
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
     )
