@@ -1,13 +1,11 @@
-"""benchmarks/tables.py's model card: renamed modes, the relative bar, bench rows beside stock's."""
+"""A model's card (lazymlx/evals/card.py): renamed modes, the relative bar, bench rows beside stock's."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from conftest import benchmark_script
-
-tables = benchmark_script("tables")
+from lazymlx.evals.card import card_table
 
 
 def record(mode: str, length: int, seed: int, correct: bool, stock_right: bool, **extra) -> dict:
@@ -44,7 +42,7 @@ def journal(path: Path, rows: list[dict]) -> str:
 def card_rows(tmp_path: Path, card: dict) -> dict[tuple[str, str], list[str]]:
     path = tmp_path / "card.json"
     path.write_text(json.dumps(card))
-    lines = tables.card_table([path]).splitlines()
+    lines = card_table([path]).splitlines()
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:]]
     return {(row[0], row[1]): row for row in cells}
 
