@@ -23,13 +23,12 @@ from __future__ import annotations
 import lazymlx  # noqa: F401  first: it sets MLX's CUDA cache checks before MLX starts
 
 # isort: split
-import argparse
 import json
 import time
 from dataclasses import replace
 
 import mlx.core as mx
-from llama_shapes import build, medians, preset, random_prompt
+from llama_shapes import arguments, build, medians, preset, random_prompt
 from mlx_lm.models.cache import make_prompt_cache
 
 from lazymlx import LazyState
@@ -76,14 +75,10 @@ def modes(presets: list[str]) -> list[tuple[str, object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="8b")
-    parser.add_argument("--lengths", default="8k,32k")
+    parser = arguments(shapes="8b", gen_len=64)
     parser.add_argument("--lazy", default="default,fast,qwen2.5-coder-0.5b:default")
     parser.add_argument("--question-len", type=int, default=64)
-    parser.add_argument("--gen-len", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--output", required=True)
+    parser.description = __doc__.splitlines()[0]
     args = parser.parse_args()
     runs = modes(args.lazy.split(","))
     report = header(

@@ -114,17 +114,24 @@ def medians(shape: str, length: int, runs: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def arguments(shapes: str, gen_len: int) -> argparse.ArgumentParser:
+    """The options both GPU scripts take (kept_shapes.py adds its own): shapes, prompt lengths,
+    the answer's tokens, rounds and the report's path."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="1b,8b")
+    parser.add_argument("--shapes", default=shapes, help=f"of {', '.join(SHAPES)}")
     parser.add_argument("--lengths", default="8k,32k")
+    parser.add_argument("--gen-len", type=int, default=gen_len)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--output", required=True)
+    return parser
+
+
+def main() -> None:
+    parser = arguments(shapes="1b,8b", gen_len=256)
     parser.add_argument(
         "--modes", default="baseline,keep-all,default,fast,qwen2.5-coder-0.5b:default"
     )
-    parser.add_argument("--gen-len", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--bits", type=int, default=0, help="quantize the weights (4, 8)")
-    parser.add_argument("--output", required=True)
     args = parser.parse_args()
     modes = args.modes.split(",")
     report = header(
