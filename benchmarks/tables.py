@@ -1,16 +1,16 @@
 """The markdown tables of benchmarks/README.md, printed from the raw results, never typed by hand.
 
 .venv/bin/python benchmarks/tables.py card benchmarks/results/models/*/card.json
-.venv/bin/python benchmarks/tables.py bench benchmarks/results/bench_2k.json ...
-.venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
-.venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
+.venv/bin/python benchmarks/tables.py bench benchmarks/results/models/*/bench_2k.json
+.venv/bin/python benchmarks/tables.py eval benchmarks/results/models/smollm2-135m/validation.jsonl
+.venv/bin/python benchmarks/tables.py families benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
 .venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
-.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
+.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_presets.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
-.venv/bin/python benchmarks/tables.py multiturn JOURNAL  # the multi-turn eval run_published.sh makes (not committed)
-.venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_256.json
-.venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b.json
+.venv/bin/python benchmarks/tables.py multiturn JOURNAL  # an eval journal of the multi-turn families
+.venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_h200_pipelined_2026-11-27.json
+.venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b_h100_2026-11-27.json
 """
 
 from __future__ import annotations
