@@ -279,7 +279,7 @@ context() {
     --ranks 2,3,4 --output $c/cp_imbalance_smollm2_4k.json
 }
 
-# ---- context-cores: the chain's wall clock on 16 cores of their own (the GPU machine's CPU) -
+# ---- context_cores: the chain's wall clock on 16 cores of their own (the GPU machine's CPU) -
 # Stage here with context_cores_stage, then on that machine, with .cpurun carried, run
 # context_cores; rename its $OUT/cp_cpu_ranks_2k_off.json to cp_cpu_ranks_2k_off_gpu_host.json.
 

@@ -89,7 +89,7 @@ def main() -> None:
         presets={name: config.describe() for name, config in runs if config is not None},
     )
     rows = []
-    for shape in args.shapes.split(","):
+    for shape in args.shapes:
         model = build(shape)
         tokenizer = numbered_tokenizer(model.args.vocab_size)
         for length in parse_lengths(args.lengths):

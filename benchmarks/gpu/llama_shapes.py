@@ -114,11 +114,20 @@ def medians(shape: str, length: int, runs: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
+def shape_list(text: str) -> list[str]:
+    """--shapes: names of SHAPES, comma-separated (argparse says which one it does not know)."""
+    names = text.split(",")
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no shape {unknown[0]!r}; choose of {', '.join(SHAPES)}")
+    return names
+
+
 def arguments(shapes: str, gen_len: int) -> argparse.ArgumentParser:
     """The options both GPU scripts take (kept_shapes.py adds its own): shapes, prompt lengths,
     the answer's tokens, rounds and the report's path."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default=shapes, help=f"of {', '.join(SHAPES)}")
+    parser.add_argument("--shapes", default=shapes, type=shape_list, help=f"of {', '.join(SHAPES)}")
     parser.add_argument("--lengths", default="8k,32k")
     parser.add_argument("--gen-len", type=int, default=gen_len)
     parser.add_argument("--repeats", type=int, default=2)
@@ -141,7 +150,7 @@ def main() -> None:
         presets={m: preset(m).describe() for m in modes if m != "baseline"},
     )
     rows = []
-    for shape in args.shapes.split(","):
+    for shape in args.shapes:
         model = build(shape, args.bits)
         tokenizer = numbered_tokenizer(model.args.vocab_size)
         for length in parse_lengths(args.lengths):
