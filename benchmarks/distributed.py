@@ -7,8 +7,8 @@ group of 1), and each rank, for `off` (stock mlx-lm) and `default`:
 - runs the prompt step alone once more, counting the bytes its collectives take in (the
   activation traffic: each all_sum's input, per rank), the weights and KV bytes it holds after
   it, and hashes of the (layer, tokens) it computed, its depths and its Aux slots;
-- generates greedily on the short prompts of benchmarks/short_prompts.py (its chat questions
-  and completions).
+- generates greedily on short everyday prompts (lazymlx/prompts.py: chat questions and
+  completions).
 The driver compares the ranks with each other and with one process, and prints the table.
 
     .venv/bin/python benchmarks/distributed.py --prompt-len 2k --groups 1,3 \\
@@ -23,7 +23,6 @@ import lazymlx  # first: it binds OpenBLAS, which only works before anything imp
 import argparse
 import hashlib
 import json
-import runpy
 import subprocess
 import sys
 import tempfile
@@ -39,9 +38,8 @@ from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.evals.timing import bench_prompt, header
 from lazymlx.lengths import parse_lengths
-from lazymlx.prompts import holds_answer
+from lazymlx.prompts import everyday_prompts, holds_answer
 
-HERE = Path(__file__).parent
 MODES = {"off": None, "gentle": PRESETS["gentle"]}
 COLLECTIVES = ("all_sum", "all_max", "all_min", "all_gather")
 
@@ -120,8 +118,7 @@ def worker(args: argparse.Namespace) -> None:
     rank, out = collectives.rank(), Path(args.out)
     weights = dict(tree_flatten(model.parameters()))
     replicated = sum(v.nbytes for name, v in weights.items() if replicated_weight(name))
-    shorts = runpy.run_path(str(HERE / "short_prompts.py"))["prompts"](tokenizer)
-    shorts = [tokens for kind, tokens in shorts if kind != "documentation"][: args.short]
+    shorts = [tokens for _, tokens in everyday_prompts(tokenizer)][: args.short]
     prompt = bench_prompt(tokenizer, "passkey", args.length)
     result = {
         "rank": rank,

@@ -1,240 +1,29 @@
 """The markdown tables of benchmarks/README.md, printed from the raw results, never typed by hand.
 
 .venv/bin/python benchmarks/tables.py card benchmarks/results/models/*/card.json
-.venv/bin/python benchmarks/tables.py bench benchmarks/results/bench_2k.json ...
-.venv/bin/python benchmarks/tables.py eval benchmarks/results/eval/validation.jsonl
-.venv/bin/python benchmarks/tables.py families benchmarks/results/eval/validation.jsonl
+.venv/bin/python benchmarks/tables.py bench benchmarks/results/models/*/bench_2k.json
+.venv/bin/python benchmarks/tables.py eval benchmarks/results/models/smollm2-135m/validation.jsonl
+.venv/bin/python benchmarks/tables.py families benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
 .venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
-.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_stock.jsonl
+.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_presets.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
-.venv/bin/python benchmarks/tables.py multiturn JOURNAL  # the multi-turn eval run_published.sh makes (not committed)
-.venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_256.json
-.venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b.json
+.venv/bin/python benchmarks/tables.py multiturn JOURNAL  # an eval journal of the multi-turn families
+.venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_h200_pipelined_2026-11-27.json
+.venv/bin/python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b_h100_2026-11-27.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
-from lazymlx.evals.calibrate import Bar, default_checks, margin
-from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
+from lazymlx.evals.card import card_table, first_records, kept_cell
+from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE
 from lazymlx.evals.scoring import bootstrap_interval
 from lazymlx.evals.summary import ALL, agreement_strata, summarize, tally
-
-
-def records(paths: list[Path], renames: list[dict] | None = None) -> list[Record]:
-    """Each case's row for a mode once, the first: a run over cached baselines writes the
-    baseline's row again, and the first is the one timed beside the presets it ran with.
-    renames: per path, a mode's name then to its name now (None leaves the mode out)."""
-    rows: dict[tuple, Record] = {}
-    for path, modes in zip(paths, renames or [{}] * len(paths), strict=True):
-        for r in read_records(path)[1]:
-            mode = modes.get(r.mode, r.mode)
-            if mode is not None:
-                rows.setdefault((mode, r.split, r.family, r.length, r.seed), replace(r, mode=mode))
-    return list(rows.values())
-
-
-def kept(row: dict) -> str:
-    if row["kept_share"] is None:
-        return "—"
-    return (
-        f"{row['kept']}/{row['baseline_right']} ({row['kept_share']:.0%}, "
-        f"{row['kept_low']:.0%}-{row['kept_high']:.0%})"
-    )
-
-
-CARD_MODES = [BASELINE, REFERENCE] + [
-    f"lazy:{preset}{suffix}" for preset in ("default", "fast") for suffix in ("", NO_IDLE)
-]
-
-
-def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
-    """Bench rows by length (prompt tokens to the nearest whole 1k) and mode, then by the
-    prompt timed (passkey, code...), each with its own run's stock row; renames as in `records`
-    (the first file wins)."""
-    rows: dict[tuple[int, str], dict[str, dict]] = {}
-    for path, modes in zip(paths, renames, strict=True):
-        run = json.loads(path.read_text())
-        prompt = run.get("prompt", "passkey")
-        stock = {r["prompt_tokens"]: r for r in run["rows"] if r["mode"] == BASELINE}
-        for r in run["rows"]:
-            mode = modes.get(r["mode"], r["mode"])
-            if mode is not None and r["prompt_tokens"] in stock:
-                length = 1024 * round(r["prompt_tokens"] / 1024)
-                by_prompt = rows.setdefault((length, mode), {})
-                by_prompt.setdefault(prompt, {**r, "stock": stock[r["prompt_tokens"]]})
-    return rows
-
-
-def card_table(paths: list[Path]) -> str:
-    """A registry model's card: per length, stock's accuracy, the 8-bit reference's and each
-    shipped preset's answers kept on the validation split (with or without idle completion),
-    whether the bar holds, and the bench's TTFT (with the work its prompt computed), decode and
-    peak memory beside stock's. A card file names the model, its eval journals and its bench
-    results, each with its modes' names then where a preset was renamed since ("modes":
-    {then: now}; null leaves a mode out), and the presets that run short prompts whole
-    ("runs_whole": {mode: the longest prompt, in tokens, that its floor or gate keeps whole}):
-    there a preset computes what stock does, so its rows are stock's own (`whole`), and its bar
-    cell says so ("runs whole: stock's answers") rather than "met", which it is by construction."""
-    return "\n\n".join(_card(path) for path in paths)
-
-
-def whole(runs: list[Record], mode: str, tokens: int) -> list[Record]:
-    """`runs` with `mode`'s rows on prompts of at most `tokens` tokens replaced by stock's own:
-    the preset runs them whole, stock's computation (the tests hold keep-all to stock's tokens),
-    so a run of its own there measures nothing stock's did not. Every such case of stock's
-    counts for the preset; a multi-turn twin (no-idle) keeps only the cases it ran."""
-    short = lambda r: r.prompt_tokens <= tokens  # noqa: E731
-    mine = {(r.family, r.length, r.seed) for r in runs if r.mode == mode}
-    stock = [
-        replace(r, mode=mode, baseline_ttft_s=r.ttft_s)
-        for r in runs
-        if r.mode == BASELINE
-        and short(r)
-        and (not mode.endswith(NO_IDLE) or (r.family, r.length, r.seed) in mine)
-    ]
-    return [r for r in runs if not (r.mode == mode and short(r))] + stock
-
-
-def _card(path: Path) -> str:
-    card = json.loads(path.read_text())
-    paths = {kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")}
-    renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
-    runs = records(paths["eval"], renames["eval"])
-    whole_up_to = card.get("runs_whole", {})
-    for mode, tokens in whole_up_to.items():
-        runs = whole(runs, mode, tokens)
-    summary = _pooled_everywhere(summarize(runs))
-    bench = bench_rows(paths["bench"], renames["bench"])
-    evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}
-    lengths = sorted({n for n, _ in evals if n != ALL} | {n for n, _ in bench}) + [ALL]
-    lines = [
-        f"**{card['model']}**",
-        "",
-        "| length | mode | right of scored | kept of stock's right (95% CI) | gained | bar "
-        "| prefill computed | TTFT (bench) | decode | peak memory |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for length in lengths:
-        stock_runs = bench.get((length, BASELINE), {})
-        for mode in CARD_MODES:
-            row, timed = evals.get((length, mode)), bench.get((length, mode))
-            if row is None and timed is None:
-                continue
-            stock = mode == BASELINE
-            cells = [
-                str(length),
-                mode,
-                _accuracy(runs, row),
-                "—" if row is None or stock else kept(row),
-                "—" if row is None or stock else str(row["gained"]),
-                _bar(summary, row, whole_up_to.get(mode, 0)),
-                "—" if row is None else f"{row['compute_fraction']:.0%}",
-                *_speeds(timed, stock_runs),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _pooled_everywhere(summary: list[dict]) -> list[dict]:
-    """summarize's rows, and a mode run at one length only (which summarize pools nowhere) its
-    rows again as pooled over lengths, so every mode has an "all" row and family rows."""
-    lengths: dict[str, set] = {}
-    for r in summary:
-        lengths.setdefault(r["mode"], set()).add(r["length"])
-    single = {mode for mode, seen in lengths.items() if len(seen) == 1 and ALL not in seen}
-    return summary + [{**r, "length": ALL} for r in summary if r["mode"] in single]
-
-
-def _accuracy(runs: list[Record], row: dict | None) -> str:
-    """Right answers of the scored cases the row ran. At a length where a run scored only cases
-    stock got right (--right-only), it skipped stock's wrong answers, so there the count is out
-    of all of stock's scored cases and the accuracy is a lower bound (≥)."""
-    if row is None or not row["scored"]:
-        return "—"
-    mine = [r for r in runs if r.mode == row["mode"] and r.baseline_correct is not None]
-    right = scored = 0
-    bound = False
-    for length in {r.length for r in mine if row["length"] in (ALL, r.length)}:
-        here = [r for r in mine if r.length == length]
-        stock = [r for r in runs if r.mode == BASELINE and r.length == length]
-        stock_scored = sum(r.baseline_correct is not None for r in stock)
-        skipped = all(r.baseline_correct for r in here) and len(here) < stock_scored
-        skipped = skipped and not row["mode"].endswith(NO_IDLE)  # multi-turn families only
-        right += sum(bool(r.correct) for r in here)
-        scored += stock_scored if skipped else len(here)
-        bound = bound or skipped
-    if bound:
-        return f"≥ {right}/{scored} (≥ {right / scored:.0%})"
-    return f"{right}/{scored} ({right / scored:.0%})"
-
-
-def _bar(summary: list[dict], row: dict | None, whole_up_to: int = 0) -> str:
-    """The bar of lazymlx calibrate (`default_checks`), on these cases: the default after
-    completion at its length, or, in its "all" row, at every length and in every family; `fast`
-    keeps 90% overall. The worst group is named. Where the preset runs every prompt of the row
-    whole (its lengths at most `whole_up_to` tokens), its rows are stock's: no bar to meet."""
-    if row is None or row["kept_share"] is None or row["mode"].endswith(NO_IDLE):
-        return "—"
-    mode, length = row["mode"], row["length"]
-    lengths_run = {r["length"] for r in summary if r["mode"] == mode and r["length"] != ALL}
-    if max(lengths_run if length == ALL else {length}) <= whole_up_to:
-        return "runs whole: stock's answers"
-    lengths, families = default_checks(summary, mode)
-    if mode == "lazy:default" and length != ALL:
-        checks = [check for check in lengths if check[0] == length]
-    elif mode == "lazy:default":
-        checks = [(f"at {n}", group, needed) for n, group, needed in lengths] + families
-    elif mode == "lazy:fast" and length == ALL:
-        checks = [(ALL, row, Bar().fast_overall)]
-    else:
-        return "—"
-    where, worst, needed = min(checks, key=margin)
-    met = margin((where, worst, needed)) >= -1e-9
-    group = "" if length != ALL or where == ALL else f"{where} "
-    return (
-        f"{'met' if met else 'not met'}: {group}{worst['kept']}/{worst['baseline_right']} "
-        f"{'≥' if met else '<'} {needed:.0%}"
-    )
-
-
-def _speeds(timed: dict[str, dict] | None, stock_runs: dict[str, dict]) -> list[str]:
-    """`_speed` per prompt timed, the passkey's first, another prompt's named in its cell."""
-    if not timed:
-        return ["—"] * 3
-    order = sorted(timed, key=lambda prompt: (prompt != "passkey", prompt))
-    cells = [
-        [
-            (cell if prompt == "passkey" else f"{Path(prompt).name}: {cell}")
-            for cell in _speed(timed[prompt], stock_runs.get(prompt))
-        ]
-        for prompt in order
-    ]
-    return ["; ".join(column) for column in zip(*cells, strict=True)]
-
-
-def _speed(timed: dict, stock_run: dict | None) -> list[str]:
-    """Stock's TTFT, decode rate and peak memory, or a preset's against its own run's stock
-    (marked † where that run is not the one in the stock row above it)."""
-    stock = timed["stock"]
-    if timed["mode"] == BASELINE:
-        return [
-            f"{stock['ttft_s']:.1f} s",
-            f"{stock['generation_tps']:.1f} tok/s",
-            f"{stock['peak_memory_gb']:.2f} GB",
-        ]
-    other_run = "" if stock_run is not None and stock_run["stock"] is stock else " †"
-    return [
-        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}{other_run}",
-        f"{timed['generation_tps'] / stock['generation_tps']:.2f}x{other_run}",
-        f"{timed['peak_memory_gb'] / stock['peak_memory_gb']:.2f}x{other_run}",
-    ]
 
 
 def _yes_no(flag: bool | None) -> str:
@@ -265,7 +54,7 @@ def bench_table(paths: list[Path]) -> str:
 def eval_table(paths: list[Path]) -> str:
     """Per mode and length: answers kept with the 95% interval, compute, and against stock in
     the same run: TTFT, decode rate and peak memory."""
-    rows = [r for r in summarize(records(paths)) if r["family"] == ALL]
+    rows = [r for r in summarize(first_records(paths)) if r["family"] == ALL]
     lines = [
         "| mode | length | cases | baseline right | kept (share, 95% CI) | gained "
         "| prefill computed | TTFT speedup | decode vs stock | peak memory vs stock |",
@@ -276,7 +65,7 @@ def eval_table(paths: list[Path]) -> str:
             continue
         ratios = [r[k] for k in ("speedup", "decode_ratio", "peak_ratio")]
         lines.append(
-            f"| {r['mode']} | {r['length']} | {r['cases']} | {r['baseline_right']} | {kept(r)} "
+            f"| {r['mode']} | {r['length']} | {r['cases']} | {r['baseline_right']} | {kept_cell(r)} "
             f"| {r['gained']} | {r['compute_fraction']:.0%} | "
             + " | ".join("—" if v is None else f"{v:.2f}x" for v in ratios)
             + " |"
@@ -286,7 +75,7 @@ def eval_table(paths: list[Path]) -> str:
 
 def families_table(paths: list[Path]) -> str:
     """Per family (pooled over lengths) and mode: answers kept; free-form: tokens agreeing."""
-    rows = summarize(records(paths))
+    rows = summarize(first_records(paths))
     modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "baseline"]
     families = [f for f in dict.fromkeys(r["family"] for r in rows) if f != ALL]
     pooled = {(r["mode"], r["family"]): r for r in rows if r["length"] == ALL}
@@ -308,7 +97,7 @@ def families_table(paths: list[Path]) -> str:
                     f"({low:.1f}-{high:.1f})"
                 )
             else:
-                cells.append(kept(r))
+                cells.append(kept_cell(r))
         lines.append(f"| {family} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -317,7 +106,9 @@ def open_table(paths: list[Path]) -> str:
     """Open-ended answers per length and mode, families pooled and each apart: mean similarity
     to stock's answer (95% CI), answers kept (similarity >= 0.5, no new loop), answers looping
     where stock's does not, and the prefill work counted."""
-    rows = [r for r in summarize(records(paths)) if r["score"] is not None and r["length"] != ALL]
+    rows = [
+        r for r in summarize(first_records(paths)) if r["score"] is not None and r["length"] != ALL
+    ]
     lines = [
         "| length | mode | family | similarity to stock (95% CI) | kept | new loops | work |",
         "|---|---|---|---|---|---|---|",
@@ -337,7 +128,7 @@ def open_table(paths: list[Path]) -> str:
 def accuracy_table(paths: list[Path]) -> str:
     """Right answers per family and length for each mode (stock first): accuracy as the paper
     reports it, over every scored case that ran (free-form families have no gold)."""
-    rows = summarize(records(paths))
+    rows = summarize(first_records(paths))
     lengths = sorted({r["length"] for r in rows if r["length"] != ALL})
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     cells = {(r["mode"], r["family"], r["length"]): r for r in rows}
@@ -362,7 +153,7 @@ def accuracy_table(paths: list[Path]) -> str:
 def multiturn_table(paths: list[Path]) -> str:
     """Multi-turn families per mode, pooled over lengths: answers kept, the later question's TTFT
     against stock's over its whole cache, the first turn's, and the idle time completion took."""
-    rows = [r for r in summarize(records(paths)) if r["mode"] != "baseline"]
+    rows = [r for r in summarize(first_records(paths)) if r["mode"] != "baseline"]
     lines = [
         "| family | length | mode | kept | later step TTFT vs stock | first turn TTFT vs stock "
         "| idle s per 1k tokens |",
@@ -375,7 +166,7 @@ def multiturn_table(paths: list[Path]) -> str:
     order = {"followup": 0, "kept": 1, "chat": 2, ALL: 3}
     for row in sorted(rows, key=lambda r: (order.get(r["family"], 9), str(r["length"]), r["mode"])):
         lines.append(
-            f"| {row['family']} | {row['length']} | {row['mode']} | {kept(row)} "
+            f"| {row['family']} | {row['length']} | {row['mode']} | {kept_cell(row)} "
             f"| {times(row['speedup'])} | {times(row['first_speedup'])} "
             f"| {row['idle_s_per_1k']:.1f} |"
         )
@@ -466,7 +257,7 @@ def freeform_table(paths: list[Path]) -> str:
     """Free-form agreement per mode and length (the free-form families pooled), with a 95%
     bootstrap interval and the time pruning saved; then, between each two lengths a mode ran,
     the difference of the means with its interval (the twenty-fifth study's rule)."""
-    rows = [r for r in records(paths) if r.baseline_correct is None and r.mode != "baseline"]
+    rows = [r for r in first_records(paths) if r.baseline_correct is None and r.mode != "baseline"]
     groups: dict[tuple[str, int], list[Record]] = {}
     for r in rows:
         groups.setdefault((r.mode, r.length), []).append(r)

@@ -48,3 +48,28 @@ def passkey_prompt(
     before = round(depth * repeats)
     text = FILLER * before + key_line + FILLER * (repeats - before) + question
     return RetrievalPrompt(text=text, answer=passkey, depth=depth)
+
+
+EVERYDAY_QUESTIONS = (
+    "What is the capital of France?",
+    "What is 2+2?",
+    "Name three primary colors.",
+    "How many days are in a week?",
+    "Who wrote Romeo and Juliet?",
+    "Give me a synonym for happy.",
+)
+EVERYDAY_COMPLETIONS = ("The capital of France is", "Water boils at a temperature of")
+
+
+def everyday_prompts(tokenizer: TokenizerWrapper) -> list[tuple[str, list[int]]]:
+    """(kind, tokens) of short everyday requests: chat questions through the chat template and
+    raw completions. Prompts this short run whole under every preset, so whatever runs them
+    (ranks against one process, benchmarks/distributed.py) must give stock's tokens."""
+    cases = []
+    for question in EVERYDAY_QUESTIONS:
+        messages = [{"role": "user", "content": question}]
+        cases.append(
+            ("chat question", tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        )
+    cases += [("raw completion", tokenizer.encode(text)) for text in EVERYDAY_COMPLETIONS]
+    return cases

@@ -1,4 +1,5 @@
-"""Tiny random Llama models with a byte-level tokenizer, built in code, for fast tests.
+"""Tiny random Llama models with a byte-level tokenizer, built in code, for fast tests; and a
+tokenizer for random-weight models of any vocabulary (numbered_tokenizer).
 
 They go through the same paths as real models: written as an mlx-lm directory (or a GGUF by the
 tests) and loaded by `lazymlx.load`, so tests exercise loading, templates and generation for real.
@@ -13,6 +14,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models import llama
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 from tokenizers import pre_tokenizers
 
 from lazymlx.models.gguf import save_weights
@@ -87,3 +89,19 @@ def write_tiny_model(out_dir: Path, seed: int = 0, **shape: int) -> Path:
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     write_tokenizer(tokenizer_metadata(), out_dir)
     return out_dir
+
+
+def numbered_tokenizer(vocab_size: int) -> TokenizerWrapper:
+    """A tokenizer for a random-weight model of any vocabulary: every id is a word of its own
+    ("<0>", "<1>", ...), so whatever id the model generates decodes, and it has no
+    end-of-sequence token, so an answer runs its whole length. It lets a model with no real
+    tokenizer (benchmarks/gpu/: no weights reach that machine) go through
+    `lazymlx.stream_generate`, the path users run, with prompts given as token ids."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(WordLevel({f"<{i}>": i for i in range(vocab_size)}, unk_token="<0>"))
+    words.pre_tokenizer = WhitespaceSplit()
+    return TokenizerWrapper(PreTrainedTokenizerFast(tokenizer_object=words))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
 
 # isort: split
-import importlib.util
 import os
 from pathlib import Path
 
@@ -198,15 +197,6 @@ def real_gguf() -> Path:
 def real(real_gguf: Path):
     """The real default model, converted once per test session into the isolated models dir."""
     return lazymlx.load(DEFAULT_MODEL)
-
-
-def benchmark_script(name: str):
-    """A script of benchmarks/ as a module (the folder is not a package)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def random_model(model_type: str = "llama", num_layers: int = 6, seed: int = 0, **overrides):

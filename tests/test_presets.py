@@ -131,7 +131,7 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
 
 def test_smollm2_ships_the_default_its_calibration_left():
     """The gentle rule was chosen on SmolLM2 and was its default until its open-ended answers
-    at 4k fell below the 8-bit reference on both splits (benchmarks/README.md, "SmolLM2 at 4k"):
+    at 4k fell below the 8-bit reference on both splits (benchmarks/studies/2026-11-28-smollm2-runs-whole/):
     SmolLM2 now runs whole by default, and its comparison strategies prune as that rule does."""
     assert calibrated("smollm2-135m")
     assert not resolve_preset("default", "smollm2-135m").prunes
@@ -141,7 +141,7 @@ def test_smollm2_ships_the_default_its_calibration_left():
 
 def test_gemma3_ships_its_former_default_as_gentle():
     """Gemma 3's calibrated rule fell below the bar on its validation split at 2k and 8k
-    (benchmarks/README.md, "Gemma 3's default runs whole"): its default runs whole, its rule
+    (benchmarks/studies/2026-11-28-gemma-runs-whole/): its default runs whole, its rule
     ships as its own `gentle`, and its comparison strategies prune as that rule does."""
     gentle = resolve_preset("gentle", "gemma3-270m")
     assert not resolve_preset("default", "gemma3-270m").prunes

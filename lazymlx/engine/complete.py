@@ -68,7 +68,7 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
             state.completion_chunk = paced(tokens, computed, time.perf_counter() - start)
         if not pending(state, config):
             # the units leave MLX's buffer cache full of odd sizes; on CUDA the next request
-            # paid for releasing them (benchmarks/README.md, "GPU")
+            # paid for releasing them (benchmarks/studies/2026-11-26-gpu-masked-attention/)
             mx.clear_cache()
             return False
     return True

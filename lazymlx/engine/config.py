@@ -248,20 +248,21 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 
 
 # The tokens the gentle rule keeps past each prune, and calibration's floored candidates
-# (lazymlx/evals/calibrate.py): fewer starve the deep layers of a pasted page (benchmarks/README.md).
+# (lazymlx/evals/calibrate.py): fewer starve the deep layers of a pasted page
+# (benchmarks/studies/2026-11-27-open-answers/).
 FLOOR_TOKENS = 1024
 
 PRESETS: dict[str, LazyConfig] = {
     "keep-all": LazyConfig(),  # the engine keeping every token (stock's is lazy=None, "off")
     # A model with no calibrated presets runs every prompt whole: the gentle rule fell short of
     # the noise floor on Qwen2.5-Coder's open-ended answers at 2k, 4k and 8k (benchmarks/
-    # README.md), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each
+    # studies/2026-11-27-open-answers/), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each
     # registry model ships its own in lazymlx/engine/calibrated/), and `gentle` and `fast` prune
     # it as trades.
     "default": LazyConfig(),
     # The built-in pruning rule, chosen on SmolLM2's calibration split (benchmarks/studies/
     # STUDIES.md, round 3), its floor on the open-ended families, where SmolLM2 and Qwen2.5-Coder
-    # both needed 1,024 tokens past each prune up to 1k (benchmarks/README.md).
+    # both needed 1,024 tokens past each prune up to 1k (benchmarks/studies/2026-11-27-open-answers/).
     "gentle": LazyConfig(
         schedule=((0.67, 0.2),),
         keep_first=4,

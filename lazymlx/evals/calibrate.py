@@ -47,7 +47,7 @@ from lazymlx.evals.summary import ALL, summarize
 # candidates run only when named, once a schedule is chosen: whether decode revival earns its
 # cost is a question about that schedule, and each 4k case is minutes here. Each schedule comes
 # bare and with a floor of 1,024 tokens past each prune: on open-ended answers at 512 and 1k
-# tokens every bare schedule tried loops or drifts (benchmarks/README.md, "SmolLM2's floor").
+# tokens every bare schedule tried loops or drifts (benchmarks/studies/2026-11-27-open-answers/).
 SCHEDULES = tuple(
     schedule + floor
     for schedule in (

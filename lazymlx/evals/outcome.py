@@ -10,6 +10,7 @@ default runs whole).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -80,10 +81,16 @@ def run_once(
     prompt: list[int],
     max_tokens: int,
     config: LazyConfig | None,
+    prompt_cache: Any = None,
 ) -> Run:
-    """Greedy generation of up to `max_tokens` tokens; stops at eos like any generation."""
+    """Greedy generation of up to `max_tokens` tokens; stops at eos like any generation.
+    `prompt_cache` carries a context between calls (a LazyState with a config, an mlx-lm cache
+    list without), as `stream_generate` takes it: a later question over a kept document."""
     tokens, pieces, last = [], [], None
-    for last in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens, lazy=config):
+    steps = stream_generate(
+        model, tokenizer, prompt, max_tokens=max_tokens, lazy=config, prompt_cache=prompt_cache
+    )
+    for last in steps:
         tokens.append(last.token)
         pieces.append(last.text)
     return Run(
