@@ -370,6 +370,7 @@ def test_gentle_prunes_half_as_hard_as_the_rule_it_comes_from():
     fixed = candidate_config(PRESETS["gentle"], "0.4@24% 0.6@57% sparse")
     assert gentler(fixed).schedule == ((0.24, 0.7), (0.57, 0.8))
     assert gentler(fixed).decode == "sparse"
-    mass = candidate_config(PRESETS["gentle"], "mass0.9 1@24% 1@57% least0.02")
-    assert (gentler(mass).mass, gentler(mass).least) == pytest.approx((0.95, 0.04))
-    assert gentler(mass).schedule == mass.schedule
+    mass = candidate_config(PRESETS["gentle"], "mass0.9 1@24% 0.5@57% least0.2 dense0.04")
+    gentle = gentler(mass)
+    assert (gentle.mass, gentle.dense, gentle.least) == pytest.approx((0.9, 0.04, 0.6))
+    assert gentle.schedule == ((0.24, 1.0), (0.57, 0.75))

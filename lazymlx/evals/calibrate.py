@@ -147,11 +147,12 @@ def candidate_config(
 
 def gentler(config: LazyConfig) -> LazyConfig:
     """Half the pruning of `config`, for the `gentle` trade calibration ships beside the default:
-    a mass rule leaves out half the attention mass it did (0.95 → 0.975) and keeps at least
-    twice its least share; a fixed ratio r keeps (1 + r) / 2."""
+    each keep ratio r becomes (1 + r) / 2, and so does a mass rule's least share, its mass and
+    dense share unchanged (the same prompts prune, each keeping more)."""
+    schedule = tuple((depth, (1 + r) / 2) for depth, r in config.schedule)
     if config.mass:
-        return replace(config, mass=1 - (1 - config.mass) / 2, least=min(1.0, 2 * config.least))
-    return replace(config, schedule=tuple((depth, (1 + r) / 2) for depth, r in config.schedule))
+        return replace(config, schedule=schedule, least=(1 + config.least) / 2)
+    return replace(config, schedule=schedule)
 
 
 def candidate_strategies(
