@@ -848,3 +848,13 @@ def test_an_interrupted_step_on_sliding_windows_keeps_the_rows_from_before(monke
         assert cache.offset == start
         dropped += len(before[i] - rows)
     assert dropped  # the step's windows did drop rows
+
+
+def test_an_atomic_write_keeps_the_files_permissions(tmp_path):
+    from lazymlx.engine.atomic import write_atomic
+
+    new = write_atomic(tmp_path / "new.json", lambda staged: staged.write_text("{}"))
+    assert new.stat().st_mode & 0o777 == 0o644  # not the temporary file's private 0600
+    new.chmod(0o640)
+    write_atomic(new, lambda staged: staged.write_text("[]"))
+    assert new.stat().st_mode & 0o777 == 0o640 and new.read_text() == "[]"

@@ -17,7 +17,14 @@ def write_atomic(path: str | Path, write: Callable[[Path], object], suffix: str 
         staged = Path(file.name)
     try:
         write(staged)
+        os.chmod(staged, _mode(path))  # a temporary file is private; the file it becomes is not
         os.replace(staged, path)
     finally:
         staged.unlink(missing_ok=True)
     return path
+
+
+def _mode(path: Path) -> int:
+    """The file's own permissions where it exists, else a new file's usual rw-r--r-- (the umask
+    is not read: reading it means setting it, process-wide, under other threads' feet)."""
+    return path.stat().st_mode & 0o777 if path.exists() else 0o644
