@@ -61,8 +61,8 @@ def evaluate_model(
             suite = right_cases(run.model, run.tokenizer, suite, cache, on_run=announce(advance))
         counted, runs = (cache.hits, cache.misses), 0
     references = run.references(cache) if reference else {}
-    for _, other in references.values():
-        runs += uncached(other, suite)
+    for mode, (_, other) in references.items():
+        runs += uncached(other, suite, mode)
     runs += sum(
         case_key(c, s.mode) not in recorded for c in suite for s in case_strategies(c, strategies)
     )

@@ -336,6 +336,12 @@ def right_cases(
     ]
 
 
+def needs_run(case: Case, cached: Outcome | None, mode: str = BASELINE) -> bool:
+    """Whether a case's baseline must run: the cache lacks it, or it is stock's answer to an
+    open case cached without the prompt the judge reads."""
+    return cached is None or (mode == BASELINE and case.judge is not None and not cached.context)
+
+
 def baseline_outcome(
     model: nn.Module,
     tokenizer: TokenizerWrapper,
@@ -348,8 +354,7 @@ def baseline_outcome(
     weights) and whether this run ran it: from the cache, else run and cached. Stock's answer
     to an open case is run again where the cache lacks its prompt, which the judge reads."""
     outcome = baselines.get(case)
-    stale = mode == BASELINE and case.judge is not None and outcome and outcome.context is None
-    if outcome is not None and not stale:
+    if not needs_run(case, outcome, mode):
         return outcome, baselines.timed_here(case)
     if on_run:
         on_run(case, mode)

@@ -23,9 +23,9 @@ from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.cases import Case, make_cases, parse_families, suite_counts
 from lazymlx.evals.families import CHAT_FAMILIES
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.records import Record, read_records, records_as_dicts
+from lazymlx.evals.records import BASELINE, Record, read_records, records_as_dicts
 from lazymlx.evals.reference import REFERENCE_BITS, round_trip
-from lazymlx.evals.runner import References
+from lazymlx.evals.runner import References, needs_run
 from lazymlx.lengths import parse_lengths
 
 Loader = Callable[[str], tuple[nn.Module, TokenizerWrapper]]
@@ -101,9 +101,10 @@ def load_suite(
     return Suite(name, model, tokenizer, made, counts, earlier, skipped, load)
 
 
-def uncached(cache: BaselineCache, cases: list[Case]) -> int:
-    """How many of the cases' stock answers the cache lacks (its counts then start over)."""
-    runs = sum(cache.get(c) is None for c in cases)
+def uncached(cache: BaselineCache, cases: list[Case], mode: str = BASELINE) -> int:
+    """How many of the cases' answers under `mode` (stock, or a reference) must run: the cache
+    lacks them or they are stale (`needs_run`). The cache's counts then start over."""
+    runs = sum(needs_run(c, cache.get(c), mode) for c in cases)
     cache.hits = cache.misses = 0
     return runs
 
