@@ -118,17 +118,17 @@ def test_card_renames_modes_applies_the_relative_bar_and_sets_bench_beside_stock
     assert rows["all", "lazy:fast"][5] == "not met: 0/3 < 90%"
     assert not any(mode.endswith("no-idle") for _, mode in rows)
     # the bench row, renamed, beside its own run's stock
-    assert rows["2048", "baseline"][7:] == [
+    assert rows["2048", "baseline"][8:] == [
         "20.0 s; code: 30.0 s",
         "8.0 tok/s; code: 8.0 tok/s",
         "2.00 GB; code: 2.00 GB",
     ]
-    assert rows["2048", "lazy:fast"][7:] == [
+    assert rows["2048", "lazy:fast"][8:] == [
         "2.50x at 48%; code: 3.00x at 47%",
         "1.25x; code: 1.25x",
         "0.95x; code: 0.95x",
     ]
-    assert rows["2048", "lazy:default"][7:] == ["2.50x at 48% †", "2.00x †", "0.95x †"]
+    assert rows["2048", "lazy:default"][8:] == ["2.50x at 48% †", "2.00x †", "0.95x †"]
 
 
 def test_card_accuracy_of_a_right_only_run_is_a_lower_bound(tmp_path):
@@ -173,7 +173,7 @@ def test_card_shows_stocks_rows_where_a_preset_runs_prompts_whole(tmp_path):
     }
     shown = card_rows(tmp_path, card)
     assert shown["1024", "lazy:default"][2:4] == ["3/4 (75%)", "3/3 (100%, 44%-100%)"]
-    assert shown["1024", "lazy:default"][6] == "100%"
+    assert shown["1024", "lazy:default"][7] == "100%"
     # stock's rows keep stock's answers by construction: the card says so, not "met"
     assert shown["1024", "lazy:default"][5] == "runs whole: stock's answers"
     assert shown["2048", "lazy:default"][3].startswith("1/2 (50%")
@@ -184,3 +184,31 @@ def test_card_shows_stocks_rows_where_a_preset_runs_prompts_whole(tmp_path):
     assert {shown[n, "lazy:default"][5] for n in ("1024", "2048", "all")} == {
         "runs whole: stock's answers"
     }
+
+
+def test_card_judges_open_answers_against_the_worse_of_stock_and_the_4bit_reference(tmp_path):
+    """An open answer's row: its mean against the worse of stock's and the 4-bit reference's on
+    the same cases, the worst group named, and a loop stock lacks fails it."""
+    rows = []
+    for seed, (mine, stock, four) in enumerate([(0.5, 0.4, 0.6), (0.7, 0.6, 0.6)]):
+        for mode, nll in (("baseline", stock), ("reference-4bit", four), ("lazy:fast", mine)):
+            rows.append(
+                record(
+                    mode,
+                    2048,
+                    seed,
+                    None,
+                    None,
+                    family="summary",
+                    score=0.5,
+                    nll=nll,
+                    looped=mode == "lazy:fast" and seed == 1,
+                )  # fmt: skip
+            )
+        rows.append(record("lazy:default", 2048, seed, None, None, family="summary", score=1.0,
+                           nll=stock))  # fmt: skip
+    card = {"model": "tiny", "eval": [{"path": journal(tmp_path / "j.jsonl", rows)}], "bench": []}
+    shown = card_rows(tmp_path, card)
+    assert shown["2048", "lazy:default"][6] == "met: summary (judge) 0.500 vs 0.600"
+    assert shown["2048", "lazy:fast"][6] == "not met: summary (judge) 0.600 vs 0.600, 1 new loop"
+    assert shown["2048", "reference-4bit"][6] == "—"

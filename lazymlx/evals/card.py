@@ -15,9 +15,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lazymlx.evals.calibrate import Bar, default_checks, margin
+from lazymlx.evals.calibrate import Bar, default_checks, margin, new_loops, open_checks
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
-from lazymlx.evals.reference import REFERENCE
+from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.summary import ALL, summarize
 
 
@@ -43,8 +43,8 @@ def kept_cell(row: dict) -> str:
     )
 
 
-CARD_MODES = [BASELINE, REFERENCE] + [
-    f"lazy:{preset}{suffix}" for preset in ("default", "fast") for suffix in ("", NO_IDLE)
+CARD_MODES = [BASELINE, REFERENCE, REFERENCE_4BIT] + [
+    f"lazy:{preset}{suffix}" for preset in ("default", "gentle", "fast") for suffix in ("", NO_IDLE)
 ]
 
 
@@ -112,8 +112,8 @@ def _card(path: Path) -> str:
         f"**{card['model']}**",
         "",
         "| length | mode | right of scored | kept of stock's right (95% CI) | gained | bar "
-        "| prefill computed | TTFT (bench) | decode | peak memory |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| open answers: worst vs bar | prefill computed | TTFT (bench) | decode | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for length in lengths:
         stock_runs = bench.get((length, BASELINE), {})
@@ -129,6 +129,7 @@ def _card(path: Path) -> str:
                 "—" if row is None or stock else kept_cell(row),
                 "—" if row is None or stock else str(row["gained"]),
                 _bar(summary, row, whole_up_to.get(mode, 0)),
+                _open(runs, mode, length),
                 "—" if row is None else f"{row['compute_fraction']:.0%}",
                 *_speeds(timed, stock_runs),
             ]
@@ -195,6 +196,24 @@ def _bar(summary: list[dict], row: dict | None, whole_up_to: int = 0) -> str:
     return (
         f"{'met' if met else 'not met'}: {group}{worst['kept']}/{worst['baseline_right']} "
         f"{'≥' if met else '<'} {needed:.0%}"
+    )
+
+
+def _open(runs: list[Record], mode: str, length: int | str) -> str:
+    """The open answers' bar of lazymlx calibrate (`open_checks`, `new_loops`) at a length, or
+    over all of them: the worst open group's mean (gold similarity, or stock's NLL of the
+    answers) against the worse of stock's and the 4-bit reference's on the same cases."""
+    if mode in (BASELINE, REFERENCE, REFERENCE_4BIT) or mode.endswith(NO_IDLE):
+        return "—"
+    here = [r for r in runs if length == ALL or r.length == length]
+    checks = open_checks(here, mode, intervals=False)
+    if not checks:
+        return "—"
+    worst = min(checks, key=lambda check: check.margin)
+    loops = new_loops(here, mode)
+    met = worst.margin >= -1e-9 and not loops
+    return f"{'met' if met else 'not met'}: {worst.name} {worst.mine:.3f} vs {worst.needed:.3f}" + (
+        f", {loops} new loop{'s' if loops > 1 else ''}" if loops else ""
     )
 
 
