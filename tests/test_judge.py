@@ -50,3 +50,15 @@ def test_a_broken_scores_file_is_one_clear_error(tmp_path):
     (tmp_path / "scores.json").write_text("{not json")
     with pytest.raises(LazymlxError, match="delete that file"):
         Judge(random_model(), tmp_path)
+
+
+def test_stocks_cached_answer_to_an_open_case_runs_again_without_the_prompt_the_judge_reads():
+    from types import SimpleNamespace
+
+    from lazymlx.evals.runner import needs_run
+
+    open_case, exact_case = SimpleNamespace(judge="doc"), SimpleNamespace(judge=None)
+    bare, whole = SimpleNamespace(context=None), SimpleNamespace(context=[1, 2, 3])
+    assert needs_run(open_case, None) and needs_run(open_case, bare)
+    assert not needs_run(open_case, whole) and not needs_run(exact_case, bare)
+    assert not needs_run(open_case, bare, "reference")  # a reference's answer is judged as is
