@@ -4,7 +4,8 @@ past 60 words.
 
 The docs' convention for quoting a preset's schedule: the preset's name in backticks followed
 by its schedule, `` `fast` 0.4@24% 0.4@57% ``, `` `fast` (0.4@24% ... ``, or
-with an aside between commas, `` `gentle`, its default until then, 0.2@67% ``. The model is the
+with an aside between commas, `` `gentle`, its default until then, 0.2@67% ``; a mass rule
+as the candidate grammar writes it, `` `fast` (`mass0.95 1@24% 1@57% least0.02`) ``. The model is the
 last one named before it in the same paragraph, list item or table row (none, or "built-in"
 just before the name: the built-in presets). A schedule written any other way (a former
 default's, a candidate's) is not read as a preset's.
@@ -35,8 +36,11 @@ MODELS = {
 STEP = r"\d(?:\.\d+)?@\d+%"
 QUOTE = re.compile(
     r"(?P<before>built-in )?`(?P<preset>[a-z][\w-]*)`(?: rule)?"
-    rf"(?:[ (:]*|[,:] [^`;.()@\d]{{1,60}}, )(?P<schedule>{STEP}(?: {STEP})*)"
+    rf"(?:[ (:]*`?|[,:] [^`;.()@\d]{{1,60}}, )(?:mass(?P<mass>[\d.]+) )?"
+    rf"(?P<schedule>{STEP}(?: {STEP})*)(?: least(?P<least>[\d.]+))?(?: dense(?P<dense>[\d.]+))?"
 )
+# a mass rule's knobs, as quoted and as LazyConfig names them
+KNOBS = ("mass", "least", "dense")
 # a sentence ends at . ! or ? (and a closing bracket or quote) before a space; an abbreviation
 # does not end one
 SENTENCE_END = re.compile(
@@ -111,8 +115,11 @@ def test_sentences_split_as_a_reader_splits_them():
     ]
 
 
-def quotes(text: str) -> list[tuple[int, str | None, str, tuple[tuple[float, int], ...]]]:
-    """Each schedule quoted for a preset: (line, model or None, preset, ((ratio, depth %), ...))."""
+def quotes(
+    text: str,
+) -> list[tuple[int, str | None, str, tuple[tuple[float, int], ...], dict[str, float]]]:
+    """Each schedule quoted for a preset: (line, model or None, preset, ((ratio, depth %), ...),
+    the mass rule's knobs it quotes)."""
     found = []
     for number, unit in units(text):
         for match in QUOTE.finditer(unit):
@@ -126,21 +133,23 @@ def quotes(text: str) -> list[tuple[int, str | None, str, tuple[tuple[float, int
                 (float(ratio), int(depth))
                 for ratio, depth in re.findall(r"([\d.]+)@(\d+)%", match["schedule"])
             )
-            found.append((number, model, match["preset"], steps))
+            knobs = {k: float(match[k]) for k in KNOBS if match[k]}
+            found.append((number, model, match["preset"], steps, knobs))
     return found
 
 
 def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
     wrong, seen = [], 0
     for path in (REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "distributed.md"):
-        for number, model, preset, steps in quotes(path.read_text()):
+        for number, model, preset, steps, knobs in quotes(path.read_text()):
             seen += 1
             config = resolve_preset(preset, model)
             shipped = tuple((ratio, round(depth * 100)) for depth, ratio in config.schedule)
-            if shipped != steps:
+            ships = {k: getattr(config, k) for k in knobs}
+            if shipped != steps or ships != knobs or (config.mass and "mass" not in knobs):
                 wrong.append(
-                    f"{path.name}:{number}: {model or 'built-in'} `{preset}` quoted as {steps}, "
-                    f"ships {shipped}"
+                    f"{path.name}:{number}: {model or 'built-in'} `{preset}` quoted as {steps} "
+                    f"{knobs}, ships {shipped} {ships or config.mass}"
                 )
     assert not wrong, "\n".join(wrong)
     assert seen >= 8  # the convention is in use: README's table, usage.md's presets
@@ -149,11 +158,19 @@ def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
 def test_the_quote_convention_reads_the_model_and_preset():
     text = (
         "Gemma 3 ships `gentle`, its default until then, 0.5@24% 0.3@57%; the built-in "
-        "`gentle` rule (0.2@67%) and\n\nQwen's `fast` trade) chose 0.5@24% 0.3@57% sparse."
+        "`gentle` rule (0.2@67%) and\n\nQwen's `fast` trade) chose 0.5@24% 0.3@57% sparse; its "
+        "`default` (`mass0.8 1@24% 1@57% least0.25 dense0.04`, decode `sparse`)."
     )
     assert quotes(text) == [
-        (1, "gemma3-270m", "gentle", ((0.5, 24), (0.3, 57))),
-        (1, None, "gentle", ((0.2, 67),)),
+        (1, "gemma3-270m", "gentle", ((0.5, 24), (0.3, 57)), {}),
+        (1, None, "gentle", ((0.2, 67),), {}),
+        (
+            3,
+            "qwen2.5-coder-0.5b",
+            "default",
+            ((1.0, 24), (1.0, 57)),
+            {"mass": 0.8, "least": 0.25, "dense": 0.04},
+        ),
     ]
 
 
@@ -210,16 +227,18 @@ def test_the_synopses_show_the_real_defaults():
 
 
 def test_what_usage_says_of_the_registry_models_presets_holds():
-    """usage.md says each registry model's default runs every prompt whole, so its derived
-    presets (sparse, paper, static, random) follow its gentle: change both together."""
+    """usage.md says which registry models' defaults prune (Qwen2.5-Coder's) and which run
+    whole, and that the derived presets (sparse, paper, static, random) follow a default that
+    prunes, else the model's gentle: change the docs with the shipped files."""
     from lazymlx.engine.config import DERIVED
     from lazymlx.models.registry import REGISTRY
 
     usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
-    assert "Each one's `default` runs every prompt whole today" in usage
-    assert "its `sparse`, `paper`, `static` and `random` follow its `gentle`" in usage
+    assert "Qwen2.5-Coder's keeps by attention mass; SmolLM2's and Gemma 3's run whole" in usage
+    assert "its `sparse`, `paper`, `static` and `random` follow it;" in usage
     for model in REGISTRY:
-        assert not resolve_preset("default", model).prunes, model
-        gentle = resolve_preset("gentle", model)
+        default = resolve_preset("default", model)
+        assert default.prunes == (model == "qwen2.5-coder-0.5b"), model
+        base = default if default.prunes else resolve_preset("gentle", model)
         for name in DERIVED:
-            assert resolve_preset(name, model).schedule == gentle.schedule, (model, name)
+            assert resolve_preset(name, model).schedule == base.schedule, (model, name)
