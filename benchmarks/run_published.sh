@@ -325,6 +325,18 @@ gpu() {
     --modes baseline,gentle,fast --gen-len 128 --repeats 2 --output $out/llama_shapes_4bit_h200_2026-11-27.json
 }
 
+# The mass rule's ranking (sort, cumulative sum, one host sync per prune) against the top-k
+# rule's at the same kept count, and Qwen's `fast` mass rule, on an H200 (2026-11-28).
+gpu_mass() {
+  local out=${OUT:?set OUT to the folder the results go to}
+  local modes="baseline,0.5@24% 0.3@57% sparse,mass0.999 0.5@24% 0.3@57% sparse"
+  $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b,1b --lengths 8k,32k \
+    --modes "$modes,qwen2.5-coder-0.5b:fast" --gen-len 8 --repeats 3 \
+    --output $out/llama_shapes_mass_h200_2026-11-28.json
+  $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b --lengths 8k,32k --modes "$modes" \
+    --gen-len 8 --repeats 5 --output $out/llama_shapes_mass_8b_r5_h200_2026-11-28.json
+}
+
 # On an H100, before the prompt step kept a chunk in flight (dc1d201); the kept context twice,
 # on 2026-11-26 after masked attention was written out, and on 2026-11-27 at dc1d201.
 gpu_h100() {
@@ -349,7 +361,7 @@ tables() {
 }
 
 CPU_STEPS="cards calibration frontier cost kept ranks context blas gguf tables"
-OTHER_STEPS="context_cores_stage context_cores gpu gpu_h100"
+OTHER_STEPS="context_cores_stage context_cores gpu gpu_mass gpu_h100"
 [ $# -gt 0 ] || set -- $CPU_STEPS
 for step in "$@"; do
   case " $CPU_STEPS $OTHER_STEPS " in

@@ -26,14 +26,18 @@ def run_script(name: str, output: Path, *args: str) -> list[dict]:
     return report["rows"]
 
 
-def test_llama_shapes_times_stock_and_a_preset(tmp_path):
-    rows = run_script("llama_shapes.py", tmp_path / "shapes.json", "--modes", "baseline,fast")
+def test_llama_shapes_times_stock_a_preset_and_rules_in_calibrates_grammar(tmp_path):
+    """A mass rule whose ratios cap it keeps what the top-k rule keeps (gpu_mass times the
+    ranking's cost by the two)."""
+    top_k, capped = "0.5@24% 0.3@57% sparse", "mass0.999 0.5@24% 0.3@57% sparse"
+    modes = f"baseline,fast,{top_k},{capped}"
+    rows = run_script("llama_shapes.py", tmp_path / "shapes.json", "--modes", modes)
     assert [(r["shape"], r["prompt_tokens"], r["mode"]) for r in rows] == [
-        ("tiny", 300, "baseline"),
-        ("tiny", 300, "fast"),
+        ("tiny", 300, mode) for mode in modes.split(",")
     ]
-    stock, fast = rows
+    stock, fast, ranked, massed = rows
     assert stock["compute_fraction"] == 1 and 0 < fast["compute_fraction"] < 1
+    assert 0 < ranked["compute_fraction"] == massed["compute_fraction"] < 1
     for row in rows:
         assert row["ttft_s"] > 0 and row["decode_tps"] > 0 and row["peak_gb"] > 0
         assert row["answer_s"] >= row["ttft_s"]

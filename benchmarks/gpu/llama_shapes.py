@@ -17,8 +17,12 @@ answer, peak memory and the prefill compute fraction (the engine's work share).
 
 `--bits 4` quantizes the weights as mlx-community's 4-bit models are (group 64), activations bf16.
 
-A mode is stock mlx-lm ("baseline"), a built-in preset, or MODEL:PRESET, a registry model's
-calibrated preset timed on these shapes (its schedule is a fraction of depth, so it transfers).
+A mode is stock mlx-lm ("baseline"), a built-in preset, MODEL:PRESET, a registry model's
+calibrated preset timed on these shapes (its schedule is a fraction of depth, so it transfers),
+or a rule in calibrate's grammar. On random weights the attention is spread, so a mass rule keeps
+most tokens; its ranking's cost is timed against the top-k rule's with the same ratios as its
+ceilings ("mass0.999 0.5@24% 0.3@57% sparse" keeps what "0.5@24% 0.3@57% sparse" keeps, after
+the sort, cumulative sum and host sync that choose the count).
 The report is rewritten after every length, so a run cut short keeps what it measured.
 `--shapes tiny` (4 layers, a 512-word vocabulary) runs the same path in seconds on a CPU.
 """
@@ -37,8 +41,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
 
-from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals.calibrate import candidate_config
 from lazymlx.evals.outcome import run_once
 from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths
@@ -75,7 +80,10 @@ def build(shape: str, bits: int = 0) -> llama.Model:
 
 
 def preset(mode: str) -> LazyConfig:
-    """A built-in preset ("fast") or a registry model's calibrated one ("MODEL:default")."""
+    """A built-in preset ("fast"), a registry model's calibrated one ("MODEL:default"), or a
+    rule written as calibrate's candidates are ("mass0.999 0.5@24% 0.3@57% sparse")."""
+    if "@" in mode:
+        return candidate_config(PRESETS["default"], mode)
     model, _, name = mode.rpartition(":")
     return resolve_preset(name, model or None)
 
