@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import difflib
 import math
-import random
 import re
 
+import numpy as np
 from mlx_lm.utils import common_prefix_len
 
 Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
@@ -43,19 +43,21 @@ def bootstrap_interval(
     resampled within itself, so the mix of families stays the one that ran. Free-form agreement
     is bimodal (a continuation follows keep-all's to the end or parts early), which a normal
     interval misdescribes; a paired difference is given as one stratum list of differences."""
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
 
-    def pooled_mean(groups: list[list[float]]) -> float:
-        values = [v for group in groups for v in rng.choices(group, k=len(group))]
-        return sum(values) / len(values)
+    def pooled_means(groups: list[list[float]]) -> np.ndarray:
+        """`resamples` pooled means, each group drawn with replacement at its own size."""
+        total = np.zeros(resamples)
+        for group in groups:
+            values = np.asarray(group, dtype=np.float64)
+            total += values[rng.integers(0, values.size, (resamples, values.size))].sum(axis=1)
+        return total / sum(len(group) for group in groups)
 
     strata = [group for group in strata if group]
     minus = [group for group in minus or [] if group]
-    means = sorted(
-        pooled_mean(strata) - (pooled_mean(minus) if minus else 0.0) for _ in range(resamples)
-    )
+    means = np.sort(pooled_means(strata) - (pooled_means(minus) if minus else 0.0))
     tail = (1 - level) / 2
-    return means[int(tail * resamples)], means[int((1 - tail) * resamples) - 1]
+    return float(means[int(tail * resamples)]), float(means[int((1 - tail) * resamples) - 1])
 
 
 # --- open-ended answers: compared with a text (the gold, or stock's as a diagnostic) ---------
