@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lazymlx  # first: it binds OpenBLAS, which only works before anything imports MLX
+import lazymlx.models
 
 # isort: split
 import os
@@ -16,7 +17,13 @@ from mlx_lm.generate import generate_step
 
 from lazymlx.engine.model import LazyModel
 from lazymlx.models.gguf import ARCHITECTURES, BLOCK_NAMES, TOP_LEVEL_NAMES, hf_name
-from lazymlx.models.registry import DEFAULT_MODEL, MODELS_DIR_ENV, REGISTRY, models_dir
+from lazymlx.models.registry import (
+    DEFAULT_MODEL,
+    MODELS_DIR_ENV,
+    REGISTRY,
+    converted_dir,
+    models_dir,
+)
 from lazymlx.models.tiny import random_weights, tiny_config, tokenizer_metadata, write_tiny_model
 
 # One quantization type per kind of tensor, so one small file exercises every supported type.
@@ -32,14 +39,26 @@ GGUF_TYPES = {
 }
 
 
+def _made_by_todays_converter(converted: Path) -> bool:
+    """A conversion written after the last edit to the converter (every module of lazymlx's
+    models package), so it is what converting now would write: `make test` converts each registry
+    model as it pulls it, and converting again costs CI ~20 s a model."""
+    stamp = converted / "lazymlx_source.json"
+    converter = Path(lazymlx.models.__file__).parent.glob("*.py")
+    return stamp.exists() and stamp.stat().st_mtime > max(p.stat().st_mtime for p in converter)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Conversions go to a temporary models directory, never the user's cache; the registry
-    GGUFs pulled there (`make test` pulls them) are linked in, so no test downloads."""
+    GGUFs pulled there (`make test` pulls them) are linked in, so no test downloads, and so are
+    their conversions where today's converter made them."""
     path = tmp_path_factory.mktemp("models")
     for name in REGISTRY:
         if (pulled := models_dir() / f"{name}.gguf").exists():
             (path / pulled.name).symlink_to(pulled)
+        if _made_by_todays_converter(converted := converted_dir(name)):
+            (path / converted.name).symlink_to(converted)
     old = os.environ.get(MODELS_DIR_ENV)
     os.environ[MODELS_DIR_ENV] = str(path)
     yield path
