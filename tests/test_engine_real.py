@@ -45,9 +45,9 @@ def test_keep_all_chat_reproduces_the_stock_chat(real):
             assert mx.abs(a - b).max().item() < 1e-4
 
 
-def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
+def test_gentle_keeps_the_passkey_answer_with_less_work(real):
     model, tokenizer = real
-    prompt = passkey_prompt(tokenizer, 3072, depth=0.5)  # past the default's 1,024-token floor
+    prompt = passkey_prompt(tokenizer, 3072, depth=0.5)  # far past gentle's 1,024-token floor
     baseline = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
     responses = list(
         lazymlx.stream_generate(model, tokenizer, prompt.text, max_tokens=6, lazy=PRESETS["gentle"])
@@ -59,16 +59,16 @@ def test_default_preset_keeps_the_passkey_answer_with_less_work(real):
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
 
 
-def test_everyday_prompts_under_the_default_give_the_keep_all_answer(real):
-    """Prompts under the default's min_prompt run whole, so short questions keep their answer."""
+def test_everyday_prompts_under_gentle_give_the_keep_all_answer(real):
+    """Prompts under gentle's min_prompt run whole, so short questions keep their answer."""
     model, tokenizer = real
-    default = PRESETS["gentle"]
+    gentle = PRESETS["gentle"]
     for prompt in ("The capital of France is", "What is 2+2? The answer is"):
         assert lazymlx.generate(
-            model, tokenizer, prompt, max_tokens=12, lazy=default
+            model, tokenizer, prompt, max_tokens=12, lazy=gentle
         ) == lazymlx.generate(model, tokenizer, prompt, max_tokens=12)
     transcripts = []
-    for lazy in (None, default):
+    for lazy in (None, gentle):
         session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=16)
         transcripts.append(
             [

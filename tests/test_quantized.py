@@ -98,13 +98,14 @@ def test_a_quantized_model_stays_quantized_where_weights_are_kept(
 
 @pytest.mark.real_model
 def test_keep_all_reproduces_stock_on_a_4bit_registry_model(real):
-    """SmolLM2-135M quantized to MLX 4-bit (groups of 64) in memory, at ~300 tokens: MLX's CPU
-    quantized matmul is slow, so the prompt is short and the answer a few tokens."""
+    """SmolLM2-135M quantized to MLX 4-bit (groups of 64) in memory, at ~150 tokens: MLX's CPU
+    quantized matmul is slow (a 300-token prompt took CI a minute), so the prompt is short and
+    the answer a few tokens."""
     from lazymlx.prompts import passkey_prompt
 
     model, tokenizer = lazymlx.load("smollm2-135m")  # a fresh copy: `real` stays fp32
     nn.quantize(model, group_size=64, bits=4)
-    prompt = tokenizer.encode(passkey_prompt(tokenizer, 300).text)
-    assert is_quantized(model) and 250 <= len(prompt) <= 350
+    prompt = tokenizer.encode(passkey_prompt(tokenizer, 150).text)
+    assert is_quantized(model) and 120 <= len(prompt) <= 180
     # through the engine's own layer-major prompt step (a ratio rounding up to every token)
     assert_keep_all_reproduces_stock(model, prompt, steps=4, config=ENGINE_KEEP_ALL)
