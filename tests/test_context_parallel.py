@@ -129,8 +129,8 @@ def test_a_chain_builds_the_context_one_process_builds(six_layers, tmp_path, ran
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_smollm2_on_a_chain_of_two_prunes_as_one_process(real, tmp_path):
-    """SmolLM2-135M, a 600-token passkey prompt, its `fast` preset (no floor of kept tokens, so
-    it prunes at this length; the default keeps at least 1,024 and would run whole): the same
+    """SmolLM2-135M, a 600-token passkey prompt, its `fast` preset (it prunes every prompt past
+    256 tokens; the default's mass rule runs this one whole, as it does at 512): the same
     tokens, second turn, rows per layer and depths as one process, KV and Aux within rounding."""
     prompt = "passkey:600"
     alone = worker_run(0, DEFAULT_MODEL, tmp_path / "one", prompt, 60, "fast")["fast"]

@@ -129,13 +129,17 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
     assert resolve_preset("default", "some-model") == mine  # the user's calibration first
 
 
-def test_smollm2_ships_the_default_its_calibration_left():
-    """The gentle rule was chosen on SmolLM2 and was its default until its open-ended answers
-    at 4k fell below the 8-bit reference on both splits (benchmarks/studies/2026-11-28-smollm2-runs-whole/):
-    SmolLM2 now runs whole by default, and its comparison strategies prune as that rule does."""
-    assert calibrated("smollm2-135m")
-    assert not resolve_preset("default", "smollm2-135m").prunes
-    assert resolve_preset("sparse", "smollm2-135m").schedule == PRESETS["gentle"].schedule
+def test_smollm2_ships_qwens_mass_rule_as_its_default():
+    """SmolLM2's calibration at 2k (gold answers, stock's judgment, the 4-bit reference) chose
+    the rule Qwen2.5-Coder's did: keep by attention mass where it points at a few tokens, else
+    run whole. Its comparison strategies prune as that default does; its `fast` stays the
+    built-in schedule, which kept the exact answers but not the open ones."""
+    default = resolve_preset("default", "smollm2-135m")
+    assert calibrated("smollm2-135m") and default.prunes
+    assert default == resolve_preset("default", "qwen2.5-coder-0.5b")
+    assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
+    assert resolve_preset("gentle", "smollm2-135m").least == 0.625
+    assert resolve_preset("sparse", "smollm2-135m").schedule == default.schedule
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
 
 
