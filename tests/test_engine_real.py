@@ -47,7 +47,8 @@ def test_keep_all_chat_reproduces_the_stock_chat(real):
 
 def test_gentle_keeps_the_passkey_answer_with_less_work(real):
     model, tokenizer = real
-    prompt = passkey_prompt(tokenizer, 3072, depth=0.5)  # far past gentle's 1,024-token floor
+    # past gentle's 1,024-token floor, in one prefill chunk (3,072 tokens took CI 101 s, this 62)
+    prompt = passkey_prompt(tokenizer, 2048, depth=0.5)
     baseline = lazymlx.generate(model, tokenizer, prompt.text, max_tokens=6)
     responses = list(
         lazymlx.stream_generate(model, tokenizer, prompt.text, max_tokens=6, lazy=PRESETS["gentle"])
@@ -55,7 +56,7 @@ def test_gentle_keeps_the_passkey_answer_with_less_work(real):
     assert prompt.correct(baseline)
     assert "".join(r.text for r in responses) == baseline
     stats = responses[-1].lazy
-    assert stats.work_share < 0.85  # 67% of the layers whole, then ~1,100 of ~2,950 tokens
+    assert stats.work_share < 0.87  # 67% of the layers whole, then ~1,130 of ~1,960 tokens
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
 
 
