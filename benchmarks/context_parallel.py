@@ -65,11 +65,8 @@ from lazymlx import LazyState, context_parallel, distributed
 from lazymlx.context_parallel import partition, weighted_costs
 from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.engine.cache import LazyKVCache, causal_mask
-from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.prefill import prompt_step
-from lazymlx.engine.presets import resolve_preset
-from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import candidate_config
+from lazymlx.evals.calibrate import preset_or_candidate
 from lazymlx.evals.timing import bench_prompt
 from lazymlx.lengths import parse_lengths
 
@@ -95,7 +92,7 @@ def masks(args: argparse.Namespace) -> None:
     model, tokenizer = lazymlx.load(args.model)
     (length,) = parse_lengths(args.lengths)
     prompt = bench_prompt(tokenizer, "passkey", length).tokens
-    config = lazy_config(args.lazy, args.model)
+    config = preset_or_candidate(args.lazy, args.model)
     state = LazyState(model)
     state.record = []
     started = time.perf_counter()
@@ -141,7 +138,7 @@ def chain_rank(args: argparse.Namespace) -> None:
         (out / f"rank{chain.rank}.json").write_text(json.dumps(sent))
         return
     prompt = bench_prompt(tokenizer, "passkey", parse_lengths(args.lengths)[0]).tokens
-    config = lazy_config(args.lazy, args.model)
+    config = preset_or_candidate(args.lazy, args.model)
     with context_parallel.lead():
         for _ in range(args.runs):  # the last one timed, after warm-ups
             state = LazyState(model)
@@ -300,17 +297,6 @@ def group_row(adapter, alone: dict, ranked: dict) -> dict:
 
 
 # model: the critical path, replayed
-
-
-def lazy_config(name: str, model: str) -> LazyConfig:
-    """A preset of the model's, or a calibration candidate by name (built from its default and
-    gentle rule, as calibrate builds it): the masks of a schedule no preset ships any more can still be
-    replayed."""
-    try:
-        return resolve_preset(name, model)
-    except LazymlxError:
-        default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
-        return candidate_config(default, name, gentle)
 
 
 @dataclass
@@ -640,7 +626,7 @@ def traffic(adapter, carried, bounds: list[int], window: int, decisions: list[in
 def ttft_model(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
     adapter = LazyState(model).adapter
-    layers, config = len(adapter.layers), lazy_config(args.lazy, args.model)
+    layers, config = len(adapter.layers), preset_or_candidate(args.lazy, args.model)
     if args.fit:  # an earlier run's fitted times, replayed again (nothing timed)
         costs = Costs.read(json.loads(Path(args.fit).read_text()))
     else:
@@ -710,7 +696,7 @@ def imbalance(args: argparse.Namespace) -> None:
     model, _ = lazymlx.load(args.model)
     state = LazyState(model)
     adapter, layers = state.adapter, state.num_layers
-    config = lazy_config(args.lazy, args.model)
+    config = preset_or_candidate(args.lazy, args.model)
     real = json.loads(Path(args.masks).read_text())
     carried, tokens = [np.array(p) for p in real["carried"]], real["tokens"]
     timed = context_parallel.timed_costs(state)  # what the chain cuts by, timed here

@@ -41,9 +41,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import llama
 
-from lazymlx.engine.config import PRESETS, LazyConfig
-from lazymlx.engine.presets import resolve_preset
-from lazymlx.evals.calibrate import candidate_config
+from lazymlx.engine.config import LazyConfig
+from lazymlx.evals.calibrate import preset_or_candidate
 from lazymlx.evals.outcome import run_once
 from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths
@@ -82,10 +81,8 @@ def build(shape: str, bits: int = 0) -> llama.Model:
 def preset(mode: str) -> LazyConfig:
     """A built-in preset ("fast"), a registry model's calibrated one ("MODEL:default"), or a
     rule written as calibrate's candidates are ("mass0.999 0.5@24% 0.3@57% sparse")."""
-    if "@" in mode:
-        return candidate_config(PRESETS["default"], mode)
     model, _, name = mode.rpartition(":")
-    return resolve_preset(name, model or None)
+    return preset_or_candidate(name, model or None)
 
 
 def random_prompt(model: llama.Model, length: int, seed: int) -> list[int]:

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
+from lazymlx.engine.presets import resolve_preset
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record
@@ -143,6 +144,17 @@ def candidate_config(
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
     )
+
+
+def preset_or_candidate(name: str, model: str | None) -> LazyConfig:
+    """A preset of the model's (resolve_preset), or else a rule in the candidates' grammar built
+    from its default and gentle rule as calibrate builds it, so a benchmark can time or replay a
+    rule no preset ships ("mass0.999 0.5@24% 0.3@57% sparse")."""
+    try:
+        return resolve_preset(name, model)
+    except LazymlxError:
+        default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
+        return candidate_config(default, name, gentle)
 
 
 def gentler(config: LazyConfig) -> LazyConfig:
