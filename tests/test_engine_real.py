@@ -9,6 +9,8 @@ from conftest import assert_keep_all_reproduces_stock
 import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.engine.config import PRESETS
+from lazymlx.engine.presets import resolve_preset
+from lazymlx.models.registry import DEFAULT_MODEL
 from lazymlx.prompts import passkey_prompt
 from lazymlx.session import ChatSession
 
@@ -60,16 +62,19 @@ def test_gentle_keeps_the_passkey_answer_with_less_work(real):
     assert stats.kv_rows_per_layer[-1] < stats.kv_rows_per_layer[0]  # pruning saved KV memory
 
 
-def test_everyday_prompts_under_gentle_give_the_keep_all_answer(real):
-    """Prompts under gentle's min_prompt run whole, so short questions keep their answer."""
+@pytest.mark.parametrize("preset", ["default", "gentle"])
+def test_everyday_prompts_under_a_pruning_preset_give_the_keep_all_answer(real, preset):
+    """Prompts under min_prompt run whole, so short questions keep their answer: under the
+    model's own default (a mass rule) and the built-in gentle rule."""
     model, tokenizer = real
-    gentle = PRESETS["gentle"]
+    config = resolve_preset(preset, DEFAULT_MODEL) if preset == "default" else PRESETS[preset]
+    assert config.prunes
     for prompt in ("The capital of France is", "What is 2+2? The answer is"):
         assert lazymlx.generate(
-            model, tokenizer, prompt, max_tokens=12, lazy=gentle
+            model, tokenizer, prompt, max_tokens=12, lazy=config
         ) == lazymlx.generate(model, tokenizer, prompt, max_tokens=12)
     transcripts = []
-    for lazy in (None, gentle):
+    for lazy in (None, config):
         session = ChatSession(model, tokenizer, lazy=lazy, max_tokens=16)
         transcripts.append(
             [
