@@ -227,18 +227,17 @@ def test_the_synopses_show_the_real_defaults():
 
 
 def test_what_usage_says_of_the_registry_models_presets_holds():
-    """usage.md says which registry models' defaults prune (Qwen2.5-Coder's and SmolLM2's) and
-    which run whole, and that the derived presets (sparse, paper, static, random) follow a default that
-    prunes, else the model's gentle: change the docs with the shipped files."""
+    """usage.md says that every registry model's default keeps by attention mass, and that the
+    derived presets (sparse, paper, static, random) follow it: change the docs with the
+    shipped files."""
     from lazymlx.engine.config import DERIVED
     from lazymlx.models.registry import REGISTRY
 
     usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
-    assert "Qwen2.5-Coder's and SmolLM2's keep by attention mass; Gemma 3's runs whole" in usage
+    assert "Every registry model's default keeps by attention mass" in usage
     assert "its `sparse`, `paper`, `static` and `random` follow it;" in usage
     for model in REGISTRY:
         default = resolve_preset("default", model)
-        assert default.prunes == (model != "gemma3-270m"), model
-        base = default if default.prunes else resolve_preset("gentle", model)
+        assert default.prunes and default.mass, model
         for name in DERIVED:
-            assert resolve_preset(name, model).schedule == base.schedule, (model, name)
+            assert resolve_preset(name, model).schedule == default.schedule, (model, name)

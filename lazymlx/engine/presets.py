@@ -2,10 +2,9 @@
 
 Calibrated presets belong to one model (a schedule tuned on SmolLM2 means nothing for a 7B
 model). Each registry model's ship with lazymlx in lazymlx/engine/calibrated/NAME.json:
-`lazymlx calibrate --ship` writes a model's default and fast there, and Gemma 3's gentle (its
-former default) was kept there by hand. A user's own (`lazymlx calibrate`) are stored per model
-name in one JSON file beside the converted models, written atomically so an interrupted save
-never leaves a half-written file, and come first.
+`lazymlx calibrate --ship` writes a model's default, gentle and fast there. A user's own
+(`lazymlx calibrate`) are stored per model name in one JSON file beside the converted models,
+written atomically so an interrupted save never leaves a half-written file, and come first.
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
     The presets derived from `default` (sparse, paper, static, random) follow the model's
     own `default`, so the comparison strategies always prune exactly as much as the preset they
     are compared to; where the default runs whole, they follow the model's `gentle` rule (its
-    own where it ships one, as Gemma 3 ships its former default).
+    own where it ships one).
     """
     own = {} if model is None else shipped_presets(model) | saved_presets(model)
     if name in own:
