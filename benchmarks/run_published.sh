@@ -9,9 +9,9 @@
 # Run from a checkout after `make setup openblas model`, one job at a time (parallel timings
 # lie). A step re-makes its files: a journal is continued (--resume) only under the preset
 # definitions it was made with, so move an old file aside before re-making it. Presets are
-# named as they are today: a journal or bench run made when a schedule had another name (SmolLM2's
-# and Gemma 3's `gentle` ran as `default` before 2026-11-28, Qwen's `fast` before 2026-11-26) is
-# re-made under today's name, and its card.json maps the old name to the new.
+# named as they are today: a journal or bench run made when a schedule had another name (Qwen's
+# `fast` ran as `default` before 2026-11-26) is re-made under today's name, and its card.json
+# maps the old name to the new (or drops the rows of a rule no preset names now).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=benchmarks/results/models
@@ -80,7 +80,8 @@ card_gemma() {
     --journal $R/$m/validation_mass_2k.jsonl
   g --families scored --lengths 2k --cases 2 --lazy default --reference \
     --journal $R/$m/validation_mass_2k.jsonl
-  # stock and the 8-bit reference at 1k-2k
+  # stock and the references at 1k-2k (the card leaves out this journal's `default` and `fast`
+  # rows, rules no preset names now: benchmarks/studies/2026-11-28-gemma-runs-whole/)
   g --families scored --lengths 1k,2k --cases 2 --lazy none --reference --journal $R/$m/validation.jsonl
   # stock beside every preset (no --lazy: default, gentle, fast)
   $lazymlx bench -m $m -l 2k,8k -n 16 -r 1 -o json > $R/$m/bench_2k_8k_mass.json

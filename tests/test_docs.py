@@ -157,7 +157,7 @@ def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
 
 def test_the_quote_convention_reads_the_model_and_preset():
     text = (
-        "Gemma 3 ships `gentle`, its default until then, 0.5@24% 0.3@57%; the built-in "
+        "Gemma 3 shipped `gentle`, its default until then, 0.5@24% 0.3@57%; the built-in "
         "`gentle` rule (0.2@67%) and\n\nQwen's `fast` trade) chose 0.5@24% 0.3@57% sparse; its "
         "`default` (`mass0.8 1@24% 1@57% least0.25 dense0.04`, decode `sparse`)."
     )

@@ -85,7 +85,7 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
 
 
 def test_candidates_build_on_the_models_own_gentle_rule_as_its_strategies_do():
-    # a model whose default runs whole and that ships its own gentle (as Gemma 3 does): its
+    # a model whose default runs whole and that has its own gentle (saved by its user): its
     # candidates keep that rule's scoring, as resolve_preset's comparison strategies do
     gentle = replace(PRESETS["gentle"], window=4, pool=6)
     save_preset("m", "gentle", gentle, {})
@@ -167,7 +167,7 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             # the config shipped is the candidate's schedule, as calibrate built it
             schedule = candidate_config(PRESETS["gentle"], candidate).schedule
             assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == schedule
-            if candidate == "keep-all":  # no candidate held: every prompt whole (Qwen's default)
+            if candidate == "keep-all":  # no candidate held: every prompt whole
                 assert not resolve_preset(name, model).prunes
                 continue
             # a candidate's name says how it decodes
