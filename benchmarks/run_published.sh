@@ -80,6 +80,9 @@ card_gemma() {
     --journal $R/$m/validation_mass_2k.jsonl
   g --families scored --lengths 2k --cases 2 --lazy default --reference \
     --journal $R/$m/validation_mass_2k.jsonl
+  # the default at 1k and 4k, stock and both references beside
+  g --families scored --lengths 1k,4k --cases 1 --lazy default --reference \
+    --journal $R/$m/validation_mass_lengths.jsonl
   # stock and the references at 1k-2k (the card leaves out this journal's `default` and `fast`
   # rows, rules no preset names now: benchmarks/studies/2026-11-28-gemma-runs-whole/)
   g --families scored --lengths 1k,2k --cases 2 --lazy none --reference --journal $R/$m/validation.jsonl
