@@ -212,3 +212,21 @@ def test_card_judges_open_answers_against_the_worse_of_stock_and_the_4bit_refere
     assert shown["2048", "lazy:default"][6] == "met: summary (judge) 0.500 vs 0.600"
     assert shown["2048", "lazy:fast"][6] == "not met: summary (judge) 0.600 vs 0.600, 1 new loop"
     assert shown["2048", "reference-4bit"][6] == "—"
+
+
+def test_card_says_where_a_benched_preset_gave_another_answer(tmp_path):
+    stock = {"mode": "baseline", "prompt_tokens": 8177, "ttft_s": 70.0, "generation_tps": 6.0}
+    stock |= {"peak_memory_gb": 1.6, "compute_fraction": 1.0, "speedup": 1.0}
+    fast = stock | {"mode": "lazy:fast", "speedup": 2.36, "compute_fraction": 0.38}
+    default = stock | {"mode": "lazy:default", "speedup": 2.21, "compute_fraction": 0.44}
+    rows = [
+        stock,
+        fast | {"answer_matches_baseline": False},
+        default | {"answer_matches_baseline": True},
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"presets": {}, "rows": rows}))
+    run = [record("baseline", 8192, 0, True, True)]
+    card = {"model": "tiny", "eval": [{"path": journal(tmp_path / "v.jsonl", run)}]}
+    rows = card_rows(tmp_path, card | {"bench": [{"path": "bench.json"}]})
+    assert rows["8192", "lazy:fast"][8] == "2.36x at 38%, not stock's answer"
+    assert rows["8192", "lazy:default"][8] == "2.21x at 44%"

@@ -234,7 +234,8 @@ def _speeds(timed: dict[str, dict] | None, stock_runs: dict[str, dict]) -> list[
 
 def _speed(timed: dict, stock_run: dict | None) -> list[str]:
     """Stock's TTFT, decode rate and peak memory, or a preset's against its own run's stock
-    (marked † where that run is not the one in the stock row above it)."""
+    (marked † where that run is not the one in the stock row above it). A speedup whose answer
+    is not stock's says so: it was bought with the answer."""
     stock = timed["stock"]
     if timed["mode"] == BASELINE:
         return [
@@ -243,8 +244,9 @@ def _speed(timed: dict, stock_run: dict | None) -> list[str]:
             f"{stock['peak_memory_gb']:.2f} GB",
         ]
     other_run = "" if stock_run is not None and stock_run["stock"] is stock else " †"
+    another = ", not stock's answer" if timed.get("answer_matches_baseline") is False else ""
     return [
-        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}{other_run}",
+        f"{timed['speedup']:.2f}x at {timed['compute_fraction']:.0%}{another}{other_run}",
         f"{timed['generation_tps'] / stock['generation_tps']:.2f}x{other_run}",
         f"{timed['peak_memory_gb'] / stock['peak_memory_gb']:.2f}x{other_run}",
     ]
