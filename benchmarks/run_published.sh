@@ -60,6 +60,8 @@ card_qwen() {
   # the presets (mass rules since 2026-11-28) beside stock and both references at 2k
   q --families scored --lengths 2k --cases 1 --lazy default,gentle,fast --reference \
     --journal $R/$m/validation_mass_2k.jsonl
+  q --families scored --lengths 1k --cases 1 --lazy default --reference \
+    --journal $R/$m/validation_mass_lengths.jsonl
   # stock and the 8-bit reference at 1k-8k (the card leaves out these journals' preset rows:
   # presets of their day, in benchmarks/studies/2026-11-26-qwen-calibration/)
   q --families scored --lengths 1k --cases 1 --lazy none --reference --journal $R/$m/validation_presets.jsonl
