@@ -104,6 +104,13 @@ cards() {
 
 # ---- calibration: the records each shipped preset's `how` cites (lazymlx/engine/calibrated/) --
 
+# a registry model's calibration split at 2k, one case of each scored family, judged beside stock
+# and both references, into journal $2 (continued): mass_2k MODEL JOURNAL --candidates "..."
+mass_2k() {
+  $lazymlx calibrate -m $1 --baselines $B/$1.json --no-save --lengths 2k --families scored \
+    --cases 1 --journal $2 --resume "${@:3}"
+}
+
 calibration_qwen() {
   local m=qwen2.5-coder-0.5b
   c() { $lazymlx calibrate -m $m --baselines $B/$m.json --no-save "$@"; }
@@ -152,7 +159,7 @@ calibration_qwen() {
   mass="$mass,mass0.98 1@24% 1@57% least0.02 sparse,mass0.99 1@24% 1@57% least0.02 sparse"
   mass="$mass,mass0.95 1@40% 1@67% sparse,mass0.98 1@40% 1@67% sparse,0.4@24% 0.4@57% sparse"
   mass="$mass,mass0.8 1@24% 1@57% least0.25 dense0.04 sparse"
-  c --lengths 2k --families scored --cases 1 --candidates "$mass" --journal $a --resume
+  mass_2k $m $a --candidates "$mass"
   $lazymlx calibrate -m $m --records $a --ship
 }
 
@@ -162,12 +169,10 @@ calibration_smollm2() {
   # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
   # the search stops at the first candidate that meets the bar, so each is named in turn
   local a=$R/$m/calibration_mass_2k.jsonl
-  c() { $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --lengths 2k --families scored \
-    --cases 1 --journal $a --resume "$@"; }
   local mass="mass0.8 1@24% 1@57% least0.25"
-  c --candidates "$mass dense0.02 sparse,$mass dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,mass0.95 1@24% 1@57% least0.02 sparse,0.5@24% 0.3@57% sparse"
-  c --candidates "$mass dense0.04 sparse,$mass dense0.03 sparse"
-  c --candidates "0.5@24% 0.3@57% sparse"
+  mass_2k $m $a --candidates "$mass dense0.02 sparse,$mass dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,mass0.95 1@24% 1@57% least0.02 sparse,0.5@24% 0.3@57% sparse"
+  mass_2k $m $a --candidates "$mass dense0.04 sparse,$mass dense0.03 sparse"
+  mass_2k $m $a --candidates "0.5@24% 0.3@57% sparse"
   $lazymlx calibrate -m $m --records $a --ship
   # the built-in gentle rule (0.2@67%), SmolLM2's default until 2026-11-28, on the open families;
   # at 4k and in second turns at 2k: benchmarks/studies/2026-11-28-smollm2-runs-whole/
@@ -182,11 +187,9 @@ calibration_gemma() {
   # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
   # Gemma has no chat template, so its open families are code completion and docstrings
   local a=$R/$m/calibration_mass_2k.jsonl
-  c() { $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --lengths 2k --families scored \
-    --cases 1 --journal $a --resume "$@"; }
   local mass="mass0.8 1@24% 1@57% least0.25"
-  c --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.04 sparse,$mass dense0.03 sparse,$mass dense0.02 sparse,0.5@24% 0.3@57% sparse"
-  c --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57% sparse"
+  mass_2k $m $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.04 sparse,$mass dense0.03 sparse,$mass dense0.02 sparse,0.5@24% 0.3@57% sparse"
+  mass_2k $m $a --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57% sparse"
   $lazymlx calibrate -m $m --records $a --ship
   # the schedules on planted facts at 1k-2k (2026-11-26; the frontier step plots them); the
   # rule they chose, Gemma's default until 2026-11-28: benchmarks/studies/2026-11-28-gemma-runs-whole/
