@@ -104,11 +104,12 @@ cards() {
 
 # ---- calibration: the records each shipped preset's `how` cites (lazymlx/engine/calibrated/) --
 
-# a registry model's calibration split at 2k, one case of each scored family, judged beside stock
-# and both references, into journal $2 (continued): mass_2k MODEL JOURNAL --candidates "..."
-mass_2k() {
-  $lazymlx calibrate -m $1 --baselines $B/$1.json --no-save --lengths 2k --families scored \
-    --cases 1 --journal $2 --resume "${@:3}"
+# a registry model's calibration split at $2 (2k, or 1k,2k), one case of each scored family,
+# judged beside stock and both references, into journal $3 (continued):
+# calibrate_mass MODEL LENGTHS JOURNAL --candidates "..."
+calibrate_mass() {
+  $lazymlx calibrate -m $1 --baselines $B/$1.json --no-save --lengths $2 --families scored \
+    --cases 1 --journal $3 --resume "${@:4}"
 }
 
 calibration_qwen() {
@@ -154,12 +155,15 @@ calibration_qwen() {
   $lazymlx calibrate -m $m --records $o --no-save # no candidate, behind no gate
   # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
   # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file)
-  local a=$R/$m/calibration_mass_2k.jsonl
+  local a=$R/$m/calibration_mass.jsonl
   local mass="mass0.9 1@24% 1@57% least0.02 sparse,mass0.95 1@24% 1@57% least0.02 sparse"
   mass="$mass,mass0.98 1@24% 1@57% least0.02 sparse,mass0.99 1@24% 1@57% least0.02 sparse"
   mass="$mass,mass0.95 1@40% 1@67% sparse,mass0.98 1@40% 1@67% sparse,0.4@24% 0.4@57% sparse"
   mass="$mass,mass0.8 1@24% 1@57% least0.25 dense0.04 sparse"
-  mass_2k $m $a --candidates "$mass"
+  calibrate_mass $m 2k $a --candidates "$mass"
+  # and at 1k (2026-11-29): the default and fast chosen at 2k; the default fell below the bar
+  # there, so it goes on behind the gate that runs 1k prompts whole (from1536)
+  calibrate_mass $m 1k,2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,mass0.8 1@24% 1@57% least0.25 dense0.04 sparse"
   $lazymlx calibrate -m $m --records $a --ship
 }
 
@@ -168,11 +172,14 @@ calibration_smollm2() {
   # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
   # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
   # the search stops at the first candidate that meets the bar, so each is named in turn
-  local a=$R/$m/calibration_mass_2k.jsonl
+  local a=$R/$m/calibration_mass.jsonl
   local mass="mass0.8 1@24% 1@57% least0.25"
-  mass_2k $m $a --candidates "$mass dense0.02 sparse,$mass dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,mass0.95 1@24% 1@57% least0.02 sparse,0.5@24% 0.3@57% sparse"
-  mass_2k $m $a --candidates "$mass dense0.04 sparse,$mass dense0.03 sparse"
-  mass_2k $m $a --candidates "0.5@24% 0.3@57% sparse"
+  calibrate_mass $m 2k $a --candidates "$mass dense0.02 sparse,$mass dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,mass0.95 1@24% 1@57% least0.02 sparse,0.5@24% 0.3@57% sparse"
+  calibrate_mass $m 2k $a --candidates "$mass dense0.04 sparse,$mass dense0.03 sparse"
+  calibrate_mass $m 2k $a --candidates "0.5@24% 0.3@57% sparse"
+  # and at 1k (2026-11-29): the default met the bar there too; then fast's schedule, in turn
+  calibrate_mass $m 1k,2k $a --candidates "0.5@24% 0.3@57% sparse,$mass dense0.04 sparse"
+  calibrate_mass $m 1k,2k $a --candidates "0.5@24% 0.3@57% sparse"
   $lazymlx calibrate -m $m --records $a --ship
   # the built-in gentle rule (0.2@67%), SmolLM2's default until 2026-11-28, on the open families;
   # at 4k and in second turns at 2k: benchmarks/studies/2026-11-28-smollm2-runs-whole/
@@ -186,10 +193,13 @@ calibration_gemma() {
   # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
   # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
   # Gemma has no chat template, so its open families are code completion and docstrings
-  local a=$R/$m/calibration_mass_2k.jsonl
+  local a=$R/$m/calibration_mass.jsonl
   local mass="mass0.8 1@24% 1@57% least0.25"
-  mass_2k $m $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.04 sparse,$mass dense0.03 sparse,$mass dense0.02 sparse,0.5@24% 0.3@57% sparse"
-  mass_2k $m $a --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57% sparse"
+  calibrate_mass $m 2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.04 sparse,$mass dense0.03 sparse,$mass dense0.02 sparse,0.5@24% 0.3@57% sparse"
+  calibrate_mass $m 2k $a --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57% sparse"
+  # and at 1k (2026-11-29): the default fell below the bar there, so it goes on behind the gate
+  # that runs 1k prompts whole (from1792)
+  calibrate_mass $m 1k,2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.03 sparse"
   $lazymlx calibrate -m $m --records $a --ship
   # the schedules on planted facts at 1k-2k (2026-11-26; the frontier step plots them); the
   # rule they chose, Gemma's default until 2026-11-28: benchmarks/studies/2026-11-28-gemma-runs-whole/

@@ -5,7 +5,8 @@ past 60 words.
 The docs' convention for quoting a preset's schedule: the preset's name in backticks followed
 by its schedule, `` `fast` 0.4@24% 0.4@57% ``, `` `fast` (0.4@24% ... ``, or
 with an aside between commas, `` `gentle`, its default until then, 0.2@67% ``; a mass rule
-as the candidate grammar writes it, `` `fast` (`mass0.95 1@24% 1@57% least0.02`) ``. The model is the
+as the candidate grammar writes it, `` `fast` (`mass0.95 1@24% 1@57% least0.02`) ``, with its
+gate if it has one (`` from1536 ``: prompts under 1,536 tokens run whole). The model is the
 last one named before it in the same paragraph, list item or table row (none, or "built-in"
 just before the name: the built-in presets). A schedule written any other way (a former
 default's, a candidate's) is not read as a preset's.
@@ -22,6 +23,7 @@ import pytest
 import typer
 
 from lazymlx.cli import bench, calibrate_command, chat_command, evaluate, generate, serve
+from lazymlx.engine.config import PRESETS
 from lazymlx.engine.presets import resolve_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,9 +40,11 @@ QUOTE = re.compile(
     r"(?P<before>built-in )?`(?P<preset>[a-z][\w-]*)`(?: rule)?"
     rf"(?:[ (:]*`?|[,:] [^`;.()@\d]{{1,60}}, )(?:mass(?P<mass>[\d.]+) )?"
     rf"(?P<schedule>{STEP}(?: {STEP})*)(?: least(?P<least>[\d.]+))?(?: dense(?P<dense>[\d.]+))?"
+    r"(?: from(?P<min_prompt>\d+))?"
 )
-# a mass rule's knobs, as quoted and as LazyConfig names them
-KNOBS = ("mass", "least", "dense")
+# a mass rule's knobs and its gate, as quoted and as LazyConfig names them
+KNOBS = ("mass", "least", "dense", "min_prompt")
+UNGATED = PRESETS["gentle"].min_prompt  # the gate a preset quoted without " fromN" has
 # a sentence ends at . ! or ? (and a closing bracket or quote) before a space; an abbreviation
 # does not end one
 SENTENCE_END = re.compile(
@@ -146,10 +150,11 @@ def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
             config = resolve_preset(preset, model)
             shipped = tuple((ratio, round(depth * 100)) for depth, ratio in config.schedule)
             ships = {k: getattr(config, k) for k in knobs}
-            if shipped != steps or ships != knobs or (config.mass and "mass" not in knobs):
+            gated = config.min_prompt != UNGATED and "min_prompt" not in knobs
+            if shipped != steps or ships != knobs or (config.mass and "mass" not in knobs) or gated:
                 wrong.append(
                     f"{path.name}:{number}: {model or 'built-in'} `{preset}` quoted as {steps} "
-                    f"{knobs}, ships {shipped} {ships or config.mass}"
+                    f"{knobs}, ships {shipped} {ships or config.mass} from{config.min_prompt}"
                 )
     assert not wrong, "\n".join(wrong)
     assert seen >= 8  # the convention is in use: README's table, usage.md's presets
@@ -159,7 +164,7 @@ def test_the_quote_convention_reads_the_model_and_preset():
     text = (
         "Gemma 3 shipped `gentle`, its default until then, 0.5@24% 0.3@57%; the built-in "
         "`gentle` rule (0.2@67%) and\n\nQwen's `fast` trade) chose 0.5@24% 0.3@57% sparse; its "
-        "`default` (`mass0.8 1@24% 1@57% least0.25 dense0.04`, decode `sparse`)."
+        "`default` (`mass0.8 1@24% 1@57% least0.25 dense0.04 from1536`, decode `sparse`)."
     )
     assert quotes(text) == [
         (1, "gemma3-270m", "gentle", ((0.5, 24), (0.3, 57)), {}),
@@ -169,7 +174,7 @@ def test_the_quote_convention_reads_the_model_and_preset():
             "qwen2.5-coder-0.5b",
             "default",
             ((1.0, 24), (1.0, 57)),
-            {"mass": 0.8, "least": 0.25, "dense": 0.04},
+            {"mass": 0.8, "least": 0.25, "dense": 0.04, "min_prompt": 1536.0},
         ),
     ]
 

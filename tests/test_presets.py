@@ -21,7 +21,7 @@ from lazymlx.engine.presets import (
     shipped_file,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import SPARSE, candidate_config, candidate_configs
+from lazymlx.evals.calibrate import SPARSE, candidate_config, candidate_configs, gate_tokens
 from lazymlx.models.registry import REGISTRY
 
 
@@ -129,14 +129,25 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
     assert resolve_preset("default", "some-model") == mine  # the user's calibration first
 
 
+def test_qwen_prunes_by_attention_mass_from_1536_tokens():
+    """Qwen2.5-Coder's calibration at 1k and 2k (gold answers, stock's judgment, the 4-bit
+    reference): its mass rule pruned a 1k docstring prompt below the 4-bit model's judgment, so
+    prompts under 1,536 tokens (its shortest 2k case, over every 1k one) run whole."""
+    default = resolve_preset("default", "qwen2.5-coder-0.5b")
+    assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
+    assert default.min_prompt == resolve_preset("gentle", "qwen2.5-coder-0.5b").min_prompt == 1536
+    assert resolve_preset("fast", "qwen2.5-coder-0.5b").min_prompt == 256  # a trade: no gate
+
+
 def test_smollm2_ships_qwens_mass_rule_as_its_default():
-    """SmolLM2's calibration at 2k (gold answers, stock's judgment, the 4-bit reference) chose
-    the rule Qwen2.5-Coder's did: keep by attention mass where it points at a few tokens, else
-    run whole. Its comparison strategies prune as that default does; its `fast` stays the
-    built-in schedule, which kept the exact answers but not the open ones."""
+    """SmolLM2's calibration at 1k and 2k (gold answers, stock's judgment, the 4-bit reference)
+    chose the rule Qwen2.5-Coder's did: keep by attention mass where it points at a few tokens,
+    else run whole; it kept its 1k answers, so from 256 tokens on. Its comparison strategies
+    prune as that default does; its `fast` stays the built-in schedule, which kept the exact
+    answers but not the open ones."""
     default = resolve_preset("default", "smollm2-135m")
     assert calibrated("smollm2-135m") and default.prunes
-    assert default == resolve_preset("default", "qwen2.5-coder-0.5b")
+    assert default == replace(resolve_preset("default", "qwen2.5-coder-0.5b"), min_prompt=256)
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
     assert resolve_preset("gentle", "smollm2-135m").least == 0.625
     assert resolve_preset("sparse", "smollm2-135m").schedule == default.schedule
@@ -144,13 +155,15 @@ def test_smollm2_ships_qwens_mass_rule_as_its_default():
 
 
 def test_gemma3_ships_the_mass_rule_with_a_tighter_dense_gate():
-    """Gemma 3's calibration at 2k (gold answers, stock's judgment, the 4-bit reference) chose
-    Qwen2.5-Coder's mass rule with the dense gate at 3%: at 4% a docstring pruned and looped
-    where stock's did not. Its `fast` is Qwen's, and its comparison strategies prune as its
-    default does."""
+    """Gemma 3's calibration at 1k and 2k (gold answers, stock's judgment, the 4-bit reference)
+    chose Qwen2.5-Coder's mass rule with the dense gate at 3%: at 4% a 2k docstring pruned and
+    looped where stock's did not, and at 3% a 1k one fell below the 4-bit model's gold score,
+    so prompts under 1,792 tokens run whole. Its `fast` is Qwen's, and its comparison
+    strategies prune as its default does."""
     default = resolve_preset("default", "gemma3-270m")
     assert calibrated("gemma3-270m") and default.prunes
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.03)
+    assert default.min_prompt == 1792
     assert default.schedule == resolve_preset("default", "qwen2.5-coder-0.5b").schedule
     assert resolve_preset("gentle", "gemma3-270m").least == 0.625
     assert resolve_preset("fast", "gemma3-270m") == resolve_preset("fast", "qwen2.5-coder-0.5b")
@@ -170,7 +183,11 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             if candidate == "keep-all":  # no candidate held: every prompt whole
                 assert not resolve_preset(name, model).prunes
                 continue
-            # a candidate's name says how it decodes
-            decode = "sparse" if candidate.endswith(SPARSE) else "revive"
+            # a candidate's name says how it decodes, before its gate (" from1536")
+            gate = gate_tokens(candidate)
+            bare = candidate.removesuffix(f" from{gate}") if gate else candidate
+            decode = "sparse" if bare.endswith(SPARSE) else "revive"
+            if gate:  # prompts under it run whole
+                assert shipped[name]["config"]["min_prompt"] == gate, (model, name)
             assert shipped[name]["config"]["decode"] == decode, (model, name)
             assert resolve_preset(name, model).prunes
