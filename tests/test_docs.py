@@ -40,7 +40,7 @@ QUOTE = re.compile(
     r"(?P<before>built-in )?`(?P<preset>[a-z][\w-]*)`(?: rule)?"
     rf"(?:[ (:]*`?|[,:] [^`;.()@\d]{{1,60}}, )(?:mass(?P<mass>[\d.]+) )?"
     rf"(?P<schedule>{STEP}(?: {STEP})*)(?: least(?P<least>[\d.]+))?(?: dense(?P<dense>[\d.]+))?"
-    r"(?: from(?P<min_prompt>\d+))?"
+    r"(?: sparse| revive)?(?: from(?P<min_prompt>\d+))?"
 )
 # a mass rule's knobs and its gate, as quoted and as LazyConfig names them
 KNOBS = ("mass", "least", "dense", "min_prompt")
@@ -137,7 +137,7 @@ def quotes(
                 (float(ratio), int(depth))
                 for ratio, depth in re.findall(r"([\d.]+)@(\d+)%", match["schedule"])
             )
-            knobs = {k: float(match[k]) for k in KNOBS if match[k]}
+            knobs = {k: (int if k == "min_prompt" else float)(match[k]) for k in KNOBS if match[k]}
             found.append((number, model, match["preset"], steps, knobs))
     return found
 
@@ -150,8 +150,9 @@ def test_schedules_quoted_for_a_preset_are_the_shipped_ones():
             config = resolve_preset(preset, model)
             shipped = tuple((ratio, round(depth * 100)) for depth, ratio in config.schedule)
             ships = {k: getattr(config, k) for k in knobs}
-            gated = config.min_prompt != UNGATED and "min_prompt" not in knobs
-            if shipped != steps or ships != knobs or (config.mass and "mass" not in knobs) or gated:
+            gate_unquoted = config.min_prompt != UNGATED and "min_prompt" not in knobs
+            unquoted = (config.mass and "mass" not in knobs) or gate_unquoted
+            if shipped != steps or ships != knobs or unquoted:
                 wrong.append(
                     f"{path.name}:{number}: {model or 'built-in'} `{preset}` quoted as {steps} "
                     f"{knobs}, ships {shipped} {ships or config.mass} from{config.min_prompt}"
@@ -174,7 +175,7 @@ def test_the_quote_convention_reads_the_model_and_preset():
             "qwen2.5-coder-0.5b",
             "default",
             ((1.0, 24), (1.0, 57)),
-            {"mass": 0.8, "least": 0.25, "dense": 0.04, "min_prompt": 1536.0},
+            {"mass": 0.8, "least": 0.25, "dense": 0.04, "min_prompt": 1536},
         ),
     ]
 

@@ -163,7 +163,8 @@ def test_gemma3_ships_the_mass_rule_with_a_tighter_dense_gate():
     default = resolve_preset("default", "gemma3-270m")
     assert calibrated("gemma3-270m") and default.prunes
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.03)
-    assert default.min_prompt == 1792
+    assert default.min_prompt == resolve_preset("gentle", "gemma3-270m").min_prompt == 1792
+    assert resolve_preset("fast", "gemma3-270m").min_prompt == 256  # a trade: no gate
     assert default.schedule == resolve_preset("default", "qwen2.5-coder-0.5b").schedule
     assert resolve_preset("gentle", "gemma3-270m").least == 0.625
     assert resolve_preset("fast", "gemma3-270m") == resolve_preset("fast", "qwen2.5-coder-0.5b")
@@ -175,6 +176,10 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
     for model in REGISTRY:
         assert calibrated(model), model
         shipped = json.loads(shipped_file(model).read_text())
+        # gentle is the default's rule, pruning less: the same prompts run whole
+        assert (
+            shipped["gentle"]["config"]["min_prompt"] == shipped["default"]["config"]["min_prompt"]
+        )
         for name in ("default", "fast"):
             candidate = shipped[name]["calibration"]["candidate"]
             # the config shipped is the candidate's schedule, as calibrate built it
@@ -187,7 +192,7 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             gate = gate_tokens(candidate)
             bare = candidate.removesuffix(f" from{gate}") if gate else candidate
             decode = "sparse" if bare.endswith(SPARSE) else "revive"
-            if gate:  # prompts under it run whole
-                assert shipped[name]["config"]["min_prompt"] == gate, (model, name)
+            ungated = PRESETS["gentle"].min_prompt
+            assert shipped[name]["config"]["min_prompt"] == (gate or ungated), (model, name)
             assert shipped[name]["config"]["decode"] == decode, (model, name)
             assert resolve_preset(name, model).prunes
