@@ -27,7 +27,7 @@ card_smollm2() {
   $lazymlx eval -m smollm2-135m --split validation --families scored --lengths 2k --cases 1 \
     --lazy default --reference --baselines $B/smollm2-135m.json \
     --journal $R/smollm2-135m/validation_mass_2k.jsonl --resume -o json > /dev/null
-  $lazymlx eval -m smollm2-135m --split validation --families scored --lengths 1k --cases 1 \
+  $lazymlx eval -m smollm2-135m --split validation --families scored --lengths 512,1k --cases 1 \
     --lazy default --reference --baselines $B/smollm2-135m.json \
     --journal $R/smollm2-135m/validation_mass_lengths.jsonl --resume -o json > /dev/null
   $lazymlx bench -m smollm2-135m -l 2k,8k --lazy default,gentle -n 16 -r 1 -o json \
