@@ -66,7 +66,7 @@ card_qwen() {
   q --families scored --lengths 1k --cases 1 --lazy default --reference \
     --journal $R/$m/validation_mass_lengths.jsonl
   # and at 4k, the open families (the exact ones' stock and 8-bit rows are below; 2026-11-29)
-  q --families summary,question,docstring --lengths 4k --cases 1 --lazy default --reference \
+  q --families summary,question,docstring,completion --lengths 4k --cases 1 --lazy default --reference \
     --journal $R/$m/validation_mass_lengths.jsonl
   # stock and the 8-bit reference at 1k-8k (the card leaves out these journals' preset rows:
   # presets of their day, in benchmarks/studies/2026-11-26-qwen-calibration/)
