@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,8 @@ from lazymlx.engine.presets import (
     shipped_file,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import SPARSE, candidate_config, candidate_configs, gate_tokens
+from lazymlx.evals.calibrate import candidate_config, candidate_configs
+from lazymlx.evals.records import NO_IDLE
 from lazymlx.models.registry import REGISTRY
 
 
@@ -182,17 +184,25 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
         )
         for name in ("default", "fast"):
             candidate = shipped[name]["calibration"]["candidate"]
-            # the config shipped is the candidate's schedule, as calibrate built it
-            schedule = candidate_config(PRESETS["gentle"], candidate).schedule
-            assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == schedule
+            # the config shipped is the candidate's, as calibrate built it: its schedule, how
+            # its name says it decodes (" sparse") and the gate it names (" from1536"; none:
+            # the built-in 256)
+            built = candidate_config(PRESETS["gentle"], candidate)
+            assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == built.schedule
             if candidate == "keep-all":  # no candidate held: every prompt whole
                 assert not resolve_preset(name, model).prunes
                 continue
-            # a candidate's name says how it decodes, before its gate (" from1536")
-            gate = gate_tokens(candidate)
-            bare = candidate.removesuffix(f" from{gate}") if gate else candidate
-            decode = "sparse" if bare.endswith(SPARSE) else "revive"
-            ungated = PRESETS["gentle"].min_prompt
-            assert shipped[name]["config"]["min_prompt"] == (gate or ungated), (model, name)
-            assert shipped[name]["config"]["decode"] == decode, (model, name)
+            assert shipped[name]["config"]["min_prompt"] == built.min_prompt, (model, name)
+            assert shipped[name]["config"]["decode"] == built.decode, (model, name)
             assert resolve_preset(name, model).prunes
+
+
+def test_a_models_card_runs_whole_what_its_shipped_presets_do():
+    """A card shows stock's own rows for a preset's prompts under its gate (card.json's
+    "runs_whole": the longest prompt kept whole); re-shipping a gate must move the card too."""
+    cards = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "models"
+    for model in REGISTRY:
+        card = json.loads((cards / model / "card.json").read_text())
+        for mode, tokens in card.get("runs_whole", {}).items():
+            preset = mode.removeprefix("lazy:").removesuffix(NO_IDLE)
+            assert tokens == resolve_preset(preset, model).min_prompt - 1, (model, mode)
