@@ -69,8 +69,8 @@ def test_cases_are_deterministic_sized_and_plant_their_answer_once(tiny, family)
     if case.gold is not None:
         text = "".join(case.segments)
         assert case.gold in text and case.correct(f" {case.gold}.") and not case.correct("none")
-    # bench times the one-prompt families: one raw segment, fed as it is
-    assert (family in SINGLE_PROMPT) == (case.kind == "raw" and len(case.segments) == 1)
+    # bench times the one-prompt families: one segment, raw or one chat message
+    assert (family in SINGLE_PROMPT) == (len(case.segments) == 1)
 
 
 def test_the_asked_fact_sweeps_depths_over_seeds(tiny):

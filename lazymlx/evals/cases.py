@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.families import FAMILIES, GROUPS, Draft, TextRanOut
+from lazymlx.evals.draft import ASK_LEAD, Draft, TextRanOut
+from lazymlx.evals.families import FAMILIES, GROUPS
 from lazymlx.evals.scoring import edit_similarity, first_line, rouge_l
 from lazymlx.evals.sources import SPLITS
+from lazymlx.generation import encode_prompt
 from lazymlx.prompts import holds_answer
 
 VALIDATION_SEED = 1_000_000
@@ -73,14 +75,26 @@ class Case:
         return None if self.judge is None else rouge_l(output, other)
 
 
+def prompt_tokens(tokenizer: TokenizerWrapper, case: Case) -> list[int]:
+    """A one-prompt case's tokens as the runner feeds them: its message through the chat
+    template, or its raw text."""
+    if case.kind == "chat":
+        return list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": case.segments[0]}], add_generation_prompt=True
+            )
+        )
+    return encode_prompt(tokenizer, case.segments[0]).tolist()
+
+
 def parse_families(text: str) -> list[str]:
-    """Family names from a comma list; 'all', 'scored', 'freeform' and 'open' name groups
-    (families.GROUPS)."""
+    """Family names from a comma list; 'all', 'scored', 'freeform', 'open' and 'real' name
+    groups (families.GROUPS)."""
     names = []
     for item in (part.strip() for part in text.split(",") if part.strip()):
         if item not in GROUPS and item not in FAMILIES:
             raise LazymlxError(
-                f"unknown task family {item!r}; choose from: all, scored, freeform, open, "
+                f"unknown task family {item!r}; choose from: {', '.join(GROUPS)}, "
                 f"{', '.join(FAMILIES)}"
             )
         names += GROUPS.get(item, [item])
@@ -113,6 +127,20 @@ def context_tokens(tokenizer: TokenizerWrapper, kind: str, segments: tuple[str, 
     return total + (FIRST_ANSWER if kind == "followup" else 0)
 
 
+Segments = Callable[[int], tuple[str, ...]]
+
+
+def _framing(draft: Draft, tokenizer: TokenizerWrapper) -> tuple[str, Segments]:
+    """How a draft reaches the model: its kind and its segments at n units. A question (`ask`)
+    goes through the chat template where the model has one, else as a raw prompt ending with
+    "Answer:"."""
+    if draft.kind != "ask":
+        return draft.kind, draft.segments
+    if tokenizer.chat_template:
+        return "chat", draft.segments
+    return "raw", lambda n: (draft.segments(n)[0] + ASK_LEAD,)
+
+
 def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, split: str) -> Case:
     """The case for (family, split, length, seed): the most haystack that fits in `length` tokens
     with its scored answer, every planted number appearing only where it was planted (real text
@@ -123,9 +151,12 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
     for attempt in range(20):
         rng = random.Random(f"{family}:{split}:{length}:{seed}:{attempt}")
         draft = FAMILIES[family](rng, seed, split)
+        kind, segments = _framing(draft, tokenizer)
 
-        def tokens(n: int, draft: Draft = draft) -> int:
-            return context_tokens(tokenizer, draft.kind, draft.segments(n)) + draft.max_tokens
+        def tokens(
+            n: int, kind: str = kind, segments: Segments = segments, spare: int = draft.max_tokens
+        ) -> int:
+            return context_tokens(tokenizer, kind, segments(n)) + spare
 
         try:
             count = _fit(tokens, length)
@@ -135,10 +166,9 @@ def make_case(family: str, tokenizer: TokenizerWrapper, length: int, seed: int, 
             raise LazymlxError(
                 f"{length} tokens is too short for the {family} family; use at least 512"
             )
-        segments = draft.segments(count)
         if draft.clean(count):
             return Case(
-                family, split, length, seed, draft.kind, segments, draft.gold,
+                family, split, length, seed, kind, segments(count), draft.gold,
                 draft.max_tokens, draft.depth, draft.source,
                 tuple(piece.strip() for _, piece in draft.inserts), draft.judge,
                 draft.target(count), draft.aliases,

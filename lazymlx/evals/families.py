@@ -18,25 +18,18 @@ import json
 import random
 import string
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from lazymlx.errors import LazymlxError
-from lazymlx.evals.sources import (
-    PROSE_SOURCES,
-    documents,
-    haystack,
-    manual,
-    module_docstring,
-    split_of,
-)
+from lazymlx.evals import real_families
+from lazymlx.evals.draft import OPEN_TOKENS, Draft, Units, raw_frame
+from lazymlx.evals.sources import PROSE_SOURCES, haystack
 from lazymlx.prompts import FILLER
 
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 UNSCORED_TOKENS = 32  # unscored cases: tokens compared with keep-all's
-# Open-ended families: long enough to show a loop. How an answer is compared with a text (stock's,
-# as a diagnostic, or the gold one): "text" ROUGE-L; "line" the first line's edit similarity
-# (LongBench's LCC); "doc" ROUGE-L of what comes before a docstring's closing quotes.
-OPEN_TOKENS = 64
+# How an open answer is compared with a text (stock's, as a diagnostic, or the gold one): "text"
+# ROUGE-L; "line" the first line's edit similarity (LongBench's LCC); "doc" ROUGE-L of what comes
+# before a docstring's closing quotes.
 JUDGES = ("text", "line", "doc")
 
 CITIES = (
@@ -106,54 +99,6 @@ FACTS = (
 )
 
 
-Units = Callable[[int], list[str]]
-
-
-@dataclass
-class Draft:
-    """A case before sizing: a haystack of n units with pieces inserted at depths, then framed."""
-
-    units: Units
-    inserts: list[tuple[float, str]]
-    frame: Callable[[str], tuple[str, ...]]  # the haystack's text → the segments
-    gold: str | None
-    max_tokens: int
-    depth: float
-    source: str
-    kind: str = "raw"
-    joiner: str = " "
-    values: list[str] = field(default_factory=list)  # the numbers planted (never in the haystack)
-    place: Callable[[list[str], float], int] | None = None  # where an insert goes (code: lines)
-    judge: str | None = None
-    next_line: bool = False  # code completion: the unit after the text is the target
-    reference: str | None = None  # an open answer's gold text, fixed (a module's docstring)
-    aliases: tuple[str, ...] = ()  # other right answers
-    once: tuple[str, ...] = ()  # texts the haystack must hold exactly once (what a question names)
-
-    def target(self, n: int) -> str | None:
-        """The gold text of an open answer: the first non-blank unit after the first n (the line
-        a completion should write), or the fixed one."""
-        if not self.next_line:
-            return self.reference
-        return next((u.strip() for u in self.units(n + 64)[n:] if u.strip()), "")
-
-    def clean(self, n: int) -> bool:
-        """Whether the case at n units names what it asks unambiguously: every planted number
-        only where it was planted, each `once` text exactly once in the haystack."""
-        text, planted = "".join(self.segments(n)), "".join(piece for _, piece in self.inserts)
-        units = self.joiner.join(self.units(n))
-        return all(text.count(v) == planted.count(v) for v in self.values) and all(
-            units.count(piece) == 1 for piece in self.once
-        )
-
-    def segments(self, n: int) -> tuple[str, ...]:
-        units = list(self.units(n))
-        for depth, piece in sorted(self.inserts, reverse=True):  # deepest first keeps indices
-            at = self.place(units, depth) if self.place else round(depth * len(units))
-            units.insert(at, piece)
-        return self.frame(self.joiner.join(units))
-
-
 def _number(rng: random.Random, digits: int) -> str:
     return str(rng.randrange(10 ** (digits - 1), 10**digits))
 
@@ -188,10 +133,6 @@ def _noise(n: int) -> list[str]:
     return [NOISE] * n
 
 
-def _raw(head: str, question: str) -> Callable[[str], tuple[str, ...]]:
-    return lambda text: (head + text + question,)
-
-
 # --- the families -------------------------------------------------------------------------
 
 
@@ -201,7 +142,7 @@ def passkey(rng: random.Random, seed: int, split: str) -> Draft:
     return Draft(
         units=_noise,
         inserts=[(depth, f"The pass key is {key}. Remember it. {key} is the pass key.")],
-        frame=_raw(PASSKEY_HEAD, " What is the pass key? The pass key is"),
+        frame=raw_frame(PASSKEY_HEAD, " What is the pass key? The pass key is"),
         gold=key,
         max_tokens=8,
         depth=depth,
@@ -218,7 +159,7 @@ def _needle(source: str) -> Callable[[random.Random, int, str], Draft]:
         return Draft(
             units=haystack(source, split, rng.randrange(2**32)),
             inserts=[(depth, fact.state(key, value))],
-            frame=_raw(
+            frame=raw_frame(
                 "A fact is hidden in the text below. Find it and remember it.\n\n",
                 f"\n\n{fact.ask(key)}",
             ),
@@ -243,7 +184,7 @@ def lookalike(rng: random.Random, seed: int, split: str) -> Draft:
     return Draft(
         units=units,
         inserts=[(d, fact.state(k, v)) for d, k, v in zip(depths, keys, values, strict=True)],
-        frame=_raw(
+        frame=raw_frame(
             "The text below hides several facts of the same kind. Read it carefully.\n\n",
             f"\n\n{fact.ask(keys[0])}",
         ),
@@ -277,7 +218,7 @@ def twohop(rng: random.Random, seed: int, split: str) -> Draft:
     return Draft(
         units=_noise,
         inserts=[(depth, link.format(who=who, owner=owners[0])), *facts],
-        frame=_raw(
+        frame=raw_frame(
             "Read the text below carefully. ",
             f" Question: in whose {thing} does {who} {verb}, and what is its number? "
             f"Answer: {who} {verb_s} in",
@@ -301,7 +242,7 @@ def json_lookup(rng: random.Random, seed: int, split: str) -> Draft:
         ] + ["]}"]
     )  # fmt: skip
     asked = rng.randrange(len(names))
-    frame = _raw(
+    frame = raw_frame(
         "The text below holds a service list in JSON.\n\n",
         f'\n\nQuestion: what is the port of the "{names[asked]}" service in the JSON above?\n'
         f'Answer: {{"name": "{names[asked]}", "port":',
@@ -316,7 +257,7 @@ def table_lookup(rng: random.Random, seed: int, split: str) -> Draft:
     rows = [f"| {p} | {rng.choice(TEAMS)} | {e} |" for p, e in zip(people, extensions, strict=True)]
     block = "\n".join(["| name | team | extension |", "|---|---|---|", *rows])
     asked = rng.randrange(len(people))
-    frame = _raw(
+    frame = raw_frame(
         "The text below holds a phone list as a table.\n\n",
         f"\n\nQuestion: what is {people[asked]}'s extension in the table above?\n"
         f"Answer: | {people[asked]} |",
@@ -377,7 +318,7 @@ def vartrack(rng: random.Random, seed: int, split: str) -> Draft:
     return Draft(
         units=_noise,
         inserts=inserts,
-        frame=_raw(
+        frame=raw_frame(
             "Track the variable assignments hidden in this text; a later assignment replaces an "
             "earlier one. ",
             f" Question: what number does VAR {names[0]} hold at the end of the text? "
@@ -409,7 +350,7 @@ def code(rng: random.Random, seed: int, split: str) -> Draft:
     return Draft(
         units=haystack("code", split, rng.randrange(2**32)),
         inserts=[(depth, f"{name} = {value}\n")],
-        frame=_raw("", f"\n\n# Question: what is the value of {name}?\n# Answer: {name} ="),
+        frame=raw_frame("", f"\n\n# Question: what is the value of {name}?\n# Answer: {name} ="),
         gold=value,
         max_tokens=8,
         depth=depth,
@@ -572,108 +513,6 @@ def completion(rng: random.Random, seed: int, split: str) -> Draft:
     )
 
 
-# --- gold answers a person wrote -----------------------------------------------------------
-
-# codecs generated from a mapping table: one docstring for dozens of files, not a summary
-GENERATED_MODULES = ("encodings/",)
-
-
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
-def option(rng: random.Random, seed: int, split: str) -> Draft:
-    """A real manual page (then others, to the length), asked which option does what one of its
-    options is documented to do: the option's flags are the gold (its long name, or its short
-    one), written by the page's authors. Options whose long name begins another's on the page
-    are not asked (an answer naming the longer one would hold the shorter)."""
-    pages = [d for d in documents("man") if split_of(d) == split]
-    rng.shuffle(pages)
-    for page in pages:
-        lines, options = manual(page)
-        names = [flag for flags, _ in options for flag in flags]
-        usable = [
-            (flags, said)
-            for flags, said in options
-            if (long := [f for f in flags if f.startswith("--")])
-            and 5 <= len(_words(said)) <= 24
-            and said[-1:].isalnum()
-            and not any(n != long[0] and n.startswith(long[0] + "-") for n in names)
-            and sum(said == other for _, other in options) == 1
-        ]
-        if len(options) >= 4 and usable:
-            break
-    else:
-        raise LazymlxError(f"no manual page with options for the {split} split on this machine")
-    flags, said = rng.choice(usable)
-    gold = next(f for f in flags if f.startswith("--"))
-    command = page.split("/")[-1].split(".")[0]
-    others = haystack("man", split, rng.randrange(2**32))
-    tags = [i for i, line in enumerate(lines) if gold in line and line.lstrip().startswith("-")]
-    at = tags[0] if tags else next(i for i, line in enumerate(lines) if said in line)
-
-    def units(n: int) -> list[str]:
-        """The page's lines around the asked option, then other pages' sentences."""
-        if n <= len(lines):
-            start = max(0, min(at - n // 2, len(lines) - n))
-            return list(lines[start : start + n])
-        return list(lines) + ["", *others(n - len(lines) - 1)]
-
-    return Draft(
-        units=units,
-        inserts=[],
-        frame=_raw(
-            f"The manual page of {command} follows.\n\n",
-            f'\n\nQuestion: which option of {command} does this: "{said}"?\nAnswer: the option is',
-        ),
-        gold=gold,
-        max_tokens=12,
-        depth=at / max(len(lines) - 1, 1),
-        source="man",
-        joiner="\n",
-        once=(said,),
-        aliases=tuple(flag for flag in flags if flag != gold),
-    )
-
-
-def docstring(rng: random.Random, seed: int, split: str) -> Draft:
-    """A standard-library module's source with its docstring taken out, then asked for the
-    docstring: the answer is scored against what the module's authors wrote (the first
-    paragraph, by ROUGE-L, as LongBench scores summaries) and by the full model's judgment."""
-    modules = [
-        d
-        for d in documents("code")
-        if split_of(d) == split
-        and not d.startswith(GENERATED_MODULES)
-        and len(_words(module_docstring(d)[0])) >= 8
-    ]
-    module = rng.choice(modules)
-    summary, lines = module_docstring(module)
-
-    def units(n: int) -> list[str]:
-        """The module's first n lines, cut back to the last blank line (so the text seldom ends
-        inside a string or a statement)."""
-        if n > len(lines):
-            raise TextRanOut(module)
-        cut = next((i for i in range(n, 0, -1) if not lines[i - 1].strip()), n)
-        return list(lines[:cut])
-
-    return Draft(
-        units=units,
-        inserts=[],
-        frame=lambda text: (
-            f'{text}\n\n# The module\'s docstring, which belongs at its top:\n"""',
-        ),
-        gold=None,
-        max_tokens=OPEN_TOKENS,
-        depth=1.0,
-        source="code",
-        joiner="\n",
-        judge="doc",
-        reference=summary,
-    )
-
-
 FAMILIES: dict[str, Callable[[random.Random, int, str], Draft]] = {
     "passkey": passkey,
     "lookalike": lookalike,
@@ -694,8 +533,9 @@ FAMILIES: dict[str, Callable[[random.Random, int, str], Draft]] = {
     "question": question,
     "second-turn": second_turn,
     "completion": completion,
-    "option": option,
-    "docstring": docstring,
+    "option": real_families.option,
+    "docstring": real_families.docstring,
+    **real_families.REAL_QUESTIONS,
 }
 OPEN = ("summary", "question", "second-turn", "completion", "docstring")
 UNSCORED = ("freeform-text", "freeform-chat")
@@ -705,12 +545,13 @@ GROUPS = {
     "scored": [name for name in FAMILIES if name not in UNSCORED],
     "freeform": list(UNSCORED),
     "open": list(OPEN),
+    # questions whose answers real documents state (real_families.py)
+    "real": ["option", *real_families.REAL_QUESTIONS],
 }
-# through the chat template: none for a base model
-CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn")
-# One raw prompt each (no chat template, no second turn): what `lazymlx bench` can time.
-SINGLE_PROMPT = tuple(name for name in FAMILIES if name not in ("followup", "kept", *CHAT_FAMILIES))
-
-
-class TextRanOut(Exception):
-    """A family's one document has fewer units than asked for."""
+# through the chat template: none for a base model (the `real-` questions but a chat reach one as
+# raw prompts)
+CHAT_FAMILIES = ("chat", "freeform-chat", "summary", "question", "second-turn", "real-chat")
+# more than one prompt step: a second question, a kept document, a chat's later turn
+MULTI_STEP = ("followup", "kept", "chat", "second-turn", "real-chat")
+# One prompt each (raw, or one chat message): what `lazymlx bench` can time.
+SINGLE_PROMPT = tuple(name for name in FAMILIES if name not in MULTI_STEP)

@@ -275,6 +275,72 @@ def module_docstring(document: str) -> tuple[str, tuple[str, ...]]:
     return paragraph, tuple(rest)
 
 
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+@functools.cache
+def module_constants(document: str) -> tuple[tuple[str, str, int], ...]:
+    """A standard-library file's module-level constants set to a number: (name, the number as
+    written, its line index), for names assigned once in the file and numbers of two or more
+    characters (a 0 or a 1 is guessed, not read)."""
+    import ast
+
+    source, tree = _parsed(document)
+    if tree is None:
+        return ()
+    found = []
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if not (isinstance(target, ast.Name) and _CONSTANT.fullmatch(target.id)):
+            continue
+        if not (isinstance(value, ast.Constant) and type(value.value) is int):
+            continue
+        literal = ast.get_source_segment(source, value) or ""
+        if len(literal) >= 2 and source.count(f"{target.id} = ") == 1:
+            found.append((target.id, literal, node.lineno - 1))
+    return tuple(found)
+
+
+@functools.cache
+def documented_functions(document: str) -> tuple[tuple[str, str, int], ...]:
+    """A standard-library file's functions and methods with a docstring: (name, the docstring's
+    first sentence, the line of its `def`), for names defined once in the file and sentences of
+    5-24 words found once in it."""
+    import ast
+
+    source, tree = _parsed(document)
+    if tree is None:
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("__"):
+            continue
+        doc = ast.get_docstring(node) or ""
+        paragraph = " ".join(doc.split("\n\n")[0].split())
+        said = re.split(r"(?<=[.!?])\s", paragraph)[0].rstrip(".")
+        if (
+            5 <= len(said.split()) <= 24
+            and said[-1:].isalnum()
+            and source.count(said) == 1
+            and source.count(f"def {node.name}(") == 1
+        ):
+            found.append((node.name, said, node.lineno - 1))
+    return tuple(sorted(found, key=lambda entry: entry[2]))
+
+
+def _parsed(document: str):
+    """A standard-library file's source and syntax tree (None where it does not parse)."""
+    import ast
+
+    source = (Path(sysconfig.get_paths()["stdlib"]) / document).read_text(errors="replace")
+    try:
+        return source, ast.parse(source)
+    except SyntaxError:
+        return source, None
+
+
 # --- haystacks ----------------------------------------------------------------------------
 
 
