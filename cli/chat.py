@@ -88,10 +88,13 @@ def stats_line(response: Response, verbose: bool = False, stopped: bool = False)
         work = ""
         if lazy and not lazy.pruned:
             work = " · pruned nothing (every token ran every layer)"
+            work = work[:-1] + f": {lazy.how})" if lazy.how else work
         elif lazy:
             work = f" · context {lazy.work_share:.0%} of stock's layer work"
             if lazy.revived_tokens:
                 work += f", {lazy.revived_tokens} pruned tokens revived"
+            if lazy.how:
+                work += f" ({lazy.how})"
         return (
             f"TTFT {response.ttft_s:.2f} s · prompt {response.prompt_tokens} tok{cached}, "
             f"{response.prompt_tps:.1f} tok/s{work} · generation {response.generation_tokens} "

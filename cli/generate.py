@@ -183,6 +183,8 @@ def _json_result(model: str, lazy: str, text: str, last) -> dict:
     if last.lazy and last.lazy.pruned:  # what pruning bought, when it changed anything
         result["work_share"] = last.lazy.work_share
         result["revived_tokens"] = last.lazy.revived_tokens
+    if last.lazy and last.lazy.how:  # why it pruned what it did
+        result["pruning"] = last.lazy.how
     return result
 
 

@@ -54,14 +54,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cache as cache_once  # the window's attention, computed on first use
 
 import mlx.core as mx
 import numpy as np
 
 from lazymlx import distributed
-from lazymlx.engine.blocks import append_kv, attend
+from lazymlx.engine.blocks import append_kv, attend, attention_scores
 from lazymlx.engine.cache import LazyKVCache, LazyState
 from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.policy import Phase
 from lazymlx.engine.prefill import (
     PREFILL_CHUNK,
     Carried,
@@ -70,9 +72,8 @@ from lazymlx.engine.prefill import (
     Ranker,
     Step,
     _roll_back,
-    own_bounds,
+    cut_own,
     prompt_step,
-    rank_own,
 )
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.watchdog import Watchdog, stall_timeout
@@ -318,7 +319,8 @@ def weighted_costs(
     """The per-token and per-pair costs averaged over the layers as the schedule thins them: a
     layer keeping a share r of the tokens costs r per token and r² per pair (queries and keys
     both thinned), so pruning makes the token term weigh more and the slices more even."""
-    ratios, share, tokens, pairs = config.pruning_layers(layers), 1.0, 0.0, 0.0
+    ratios, share, tokens = config.pruning_layers(layers, deferred=False), 1.0, 0.0
+    pairs = 0.0
     for layer in range(layers):
         tokens, pairs = tokens + share, pairs + share * share
         share *= ratios.get(layer, 1.0)
@@ -363,7 +365,7 @@ _costs: dict[int, tuple[float, float]] = {}  # per model (id): timed once per pr
 
 
 def plan_for(
-    state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int, prune: bool
+    state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int, prune: bool, tail: int
 ) -> Plan | None:
     """The chain's plan for a first prompt, or None where it runs on rank 0 alone (a context
     already there: a later turn; a prompt too short to be worth the hops)."""
@@ -383,7 +385,7 @@ def plan_for(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
         chunk=chunk,
-        window=config.window,
+        window=config.window + (tail if config.past_template else 0),
         decisions=sorted(layer for layer in ratios if layer < deepest) if prune else [],
         layer_ms=math.ceil(whole * 1000),
     )
@@ -451,6 +453,7 @@ def lazy_prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
+    tail: int = 0,
 ) -> PromptResult:
     """Rank 0's prompt step: `prompt_step`'s result and context, the prompt run on the chain.
 
@@ -461,15 +464,15 @@ def lazy_prompt_step(
     one error line (lazymlx/distributed.py: fail), as it ends every other rank's.
     """
     if _chain is None or not _chain.leads:
-        return prompt_step(state, tokens, config, chunk, progress, prune)
+        return prompt_step(state, tokens, config, chunk, progress, prune, tail)
     check_model(state)
-    plan = plan_for(state, tokens, config, chunk, prune)
+    plan = plan_for(state, tokens, config, chunk, prune, tail)
     if plan is None:
-        return prompt_step(state, tokens, config, chunk, progress, prune)
+        return prompt_step(state, tokens, config, chunk, progress, prune, tail)
     encoded = plan.encode()
     _chain.send(mx.array([STEP, encoded.size], mx.int32), -1, "header")
     _chain.send(encoded, -1, "header")
-    runner = _Runner(state, plan, config, progress, prune)
+    runner = _Runner(state, plan, config, progress, prune, tail)
     try:
         logits = runner.run()
     except BaseException as error:
@@ -480,7 +483,8 @@ def lazy_prompt_step(
     if runner.cancelled is not None:
         _roll_back(runner.step, 0)
         raise runner.cancelled
-    return PromptResult(logits, revived=0)  # a first prompt: nothing earlier to revive
+    how = runner.step.phase.said(state.num_layers, bool(config.point))
+    return PromptResult(logits, 0, how)  # a first prompt: nothing earlier to revive
 
 
 @dataclass
@@ -511,12 +515,13 @@ class _Runner:
         config: LazyConfig | None,
         progress: Progress | None,
         prune: bool | None,
+        tail: int = 0,
     ) -> None:
         self.state, self.plan, self.progress = state, plan, progress
         self.chain = _chain
         self.leads = config is not None
         config = config or LazyConfig(window=plan.window)
-        self.step = Step(state, config, plan.chunk, bool(prune), Ranker(config, 0))
+        self.step = Step(state, config, plan.chunk, Phase(bool(prune)), Ranker(config, 0), tail)
         p = self.chain.position
         self.begin, self.end = plan.bounds[p], plan.bounds[p + 1]
         self.total = len(plan.tokens)
@@ -703,28 +708,20 @@ class _Runner:
         mx.eval(self.own.h, self.own.positions)
 
     def rank(self, layer: int, observed: mx.array) -> mx.array:
-        """prefill._layers' ranking, over the rows this rank now holds (all of them)."""
-        step, state, config = self.step, self.state, self.step.config
+        """prefill's cut, over the rows this rank now holds (all of them): the keep mask."""
+        step, state = self.step, self.state
         count = self.carried.size
-        sinks = min(config.keep_first, self.total)
-        ratio = state.pruning_layers(config)[layer]
-        bounds = own_bounds(config, ratio, count, sinks, step.prune)
-        mask = np.ones(count, np.uint8)
-        if bounds[0] >= count:
-            return mx.array(mask)
+        sinks = min(step.config.keep_first, self.total)
+        ratio = state.pruning_layers(step.config)[layer]
         cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
-        scores = None
-
-        def row_scores() -> mx.array:
-            nonlocal scores
-            if scores is None:
-                scores = step.ranker.row_scores(observed, cache, scale)
-            return scores
-
-        kept, _ = rank_own(step.ranker, layer, row_scores, count, sinks, bounds, config)
-        step.prune &= kept.size < count  # spread attention: whole from here, as in one process
-        mask[:] = 0
-        mask[np.array(kept)] = 1
+        probs = cache_once(lambda: step.ranker.row_probs(observed, cache, scale))
+        scores = cache_once(lambda: attention_scores(probs()))
+        firsts = state.first_cuts(step.config)
+        cut = cut_own(step, layer, ratio, firsts, scores, probs, count, sinks)
+        mask = np.ones(count, np.uint8)
+        if cut is not None:
+            mask[:] = 0
+            mask[np.array(cut[0])] = 1
         return mx.array(mask)
 
     def gather(self) -> None:

@@ -17,7 +17,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -63,6 +63,9 @@ class LazyStats:
     step_share: the prompt step's own pairs (its tokens' and the revived ones') ÷ stock's for
         its tokens; above 1 when it revived. The eval's measure of one step, not shown to users.
     kv_rows_per_layer: the tokens each layer's cache holds after this call's prompt step.
+    how: why the prompt step pruned what it did ("short prompt", "no look-up", "spread
+        attention", where its first cut fell), the pruning policy's words; "" where it did not
+        say (stock's path, a step over a context).
     """
 
     work_share: float
@@ -71,6 +74,7 @@ class LazyStats:
     kv_rows_per_layer: tuple[int, ...]
     kv_bytes: int
     aux_bytes: int
+    how: str = ""
 
     @property
     def pruned(self) -> bool:
@@ -81,9 +85,10 @@ class LazyStats:
         """The figure a stats line gives (the chat's, generate's, the server's log line): the
         share of stock's work with the pruned tokens brought back, or, where a preset runs
         whole (a default that prunes nothing, a prompt under its floor), that it pruned
-        nothing, so a user who asked for pruning is never left to guess."""
+        nothing and why ("pruned nothing: no look-up"), so a user who asked for pruning is
+        never left to guess."""
         if not self.pruned:
-            return "pruned nothing"
+            return "pruned nothing" + (f": {self.how}" if self.how else "")
         if self.revived_tokens:
             return f"{self.work_share:.0%} work, {self.revived_tokens} revived"
         return f"{self.work_share:.0%} of the work"
@@ -100,6 +105,7 @@ class LazyStats:
             kv_rows_per_layer=tuple(cache.rows for cache in state.layers),
             kv_bytes=state.kv_bytes,
             aux_bytes=state.aux_bytes,
+            how=counts.how,
         )
 
 
@@ -358,9 +364,8 @@ def _lazy_model(
     kwargs["prompt_cache"] = state
     chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
     progress = kwargs.get("prompt_progress_callback")
-    if lazy.past_template:
-        lazy = replace(lazy, window=lazy.window + template_tail(tokenizer, tokens))
-    wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress)
+    tail = template_tail(tokenizer, tokens)
+    wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress, tail)
     if wrapped.lazy_prompt and progress is not None:  # it counts layer by layer instead
         kwargs["prompt_progress_callback"] = None
         return wrapped, progress

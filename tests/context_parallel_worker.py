@@ -3,7 +3,7 @@
     context_parallel_worker.py MODEL OUT_DIR PROMPT CONFIGS [PROMPT_SEED]
 
 Every rank loads MODEL whole and joins the chain (lazymlx/context_parallel.py); rank 0 generates
-greedily for each config named in CONFIGS (comma-separated: keep-all, pruning, static, mass, or a
+greedily for each config named in CONFIGS (comma-separated: keep-all, pruning, static, mass, point, or a
 preset of MODEL's such as fast), a second turn over the same context (on rank 0 alone), and
 writes what it kept to OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the
 other ranks follow. PROMPT is a count of random tokens, or passkey:COUNT for the bench's passkey
@@ -43,6 +43,10 @@ CONFIGS = {
     "static": replace(PRUNING, selection="static", window=40),
     # a mass rule: the count comes from the last rank's scores, and every rank keeps it
     "mass": replace(PRUNING, schedule=((0.25, 1.0), (0.5, 0.8)), mass=0.7, least=0.05),
+    # the first cut where the window points at the text, that place kept with its neighbours
+    "point": replace(
+        PRUNING, schedule=((0.17, 1.0), (0.67, 0.8)), mass=0.7, least=0.05, point=0.006
+    ),
 }
 
 

@@ -27,7 +27,7 @@ from lazymlx.models.tiny import write_tiny_model
 from lazymlx.watchdog import Watchdog
 
 WORKER = Path(__file__).parent / "context_parallel_worker.py"
-CONFIGS = "keep-all,pruning,static,mass"
+CONFIGS = "keep-all,pruning,static,mass,point"
 
 
 def test_earlier_slices_get_more_tokens_so_every_rank_costs_the_same():
@@ -110,7 +110,8 @@ def assert_same_context(alone: Path, chain: Path, name: str, tolerance: float = 
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_a_chain_builds_the_context_one_process_builds(six_layers, tmp_path, ranks):
-    """For keep-all, attention pruning (with revival in decode), static ranking and a mass rule: the same greedy tokens (and a second turn, on rank 0 alone), the same
+    """For keep-all, attention pruning (with revival in decode), static ranking, a mass rule and
+    a first cut placed by pointing: the same greedy tokens (and a second turn, on rank 0 alone), the same
     positions computed per layer, the same rows, depths and Aux slots as one process."""
     alone = worker_run(0, six_layers, tmp_path / "one", 500, 60)
     chain = worker_run(ranks, six_layers, tmp_path / "chain", 500, 180)
@@ -122,8 +123,9 @@ def test_a_chain_builds_the_context_one_process_builds(six_layers, tmp_path, ran
         gap = np.abs(np.array(mine["logprobs"]) - np.array(theirs["logprobs"])).max()
         assert gap < 1e-4, (name, gap)
         assert_same_context(tmp_path / "one", tmp_path / "chain", name)
-    depths = np.load(tmp_path / "chain" / "pruning.npz")["depths"]
-    assert depths.min() < depths.max() == 6  # it did prune
+    for name in ("pruning", "point"):
+        depths = np.load(tmp_path / "chain" / f"{name}.npz")["depths"]
+        assert depths.min() < depths.max() == 6, name  # it did prune
 
 
 @pytest.mark.real_model

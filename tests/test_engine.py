@@ -27,7 +27,7 @@ from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache, trim_promp
 import lazymlx
 from lazymlx import LazyConfig, LazyState
 from lazymlx.contexts import Context, load_context, save_context
-from lazymlx.engine import blocks, prefill
+from lazymlx.engine import blocks, policy, prefill
 from lazymlx.engine.cache import LazyKVCache
 from lazymlx.engine.config import SELECTIONS
 from lazymlx.errors import LazymlxError
@@ -202,7 +202,7 @@ def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_mode
     (token, layer) pair computed once."""
     model = random_model(num_layers=6)
     document, dropped = random_tokens(40), 17
-    original_own, original_rows = prefill.Ranker.own, prefill.Ranker.row_scores
+    original_own, original_rows = prefill.Ranker.own, prefill.Ranker.row_probs
 
     def lowest_for_dropped(self, layer, rows, count):
         scores = original_own(self, layer, rows, count)
@@ -216,11 +216,11 @@ def test_a_later_prompt_step_revives_what_its_attention_picks_with_the_full_mode
     assert np.array(state.aux.depths())[dropped] == 2
 
     def highest_for_dropped(self, observed, cache, scale):
-        scores = original_rows(self, observed, cache, scale)
-        return mx.where(cache.row_positions() == dropped, 1.0, scores)
+        probs = original_rows(self, observed, cache, scale)
+        return mx.where(cache.row_positions() == dropped, 1.0, probs)
 
     monkeypatch.setattr(prefill.Ranker, "own", original_own)
-    monkeypatch.setattr(prefill.Ranker, "row_scores", highest_for_dropped)
+    monkeypatch.setattr(prefill.Ranker, "row_probs", highest_for_dropped)
     engine_greedy(model, random_tokens(3, seed=4), 0, config, state)  # short: runs whole
     assert np.array(state.aux.depths())[dropped] == 6
     assert_each_pair_once_and_depths_agree(state)
@@ -359,28 +359,6 @@ def test_random_schedules_keep_every_invariant(
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
 
 
-def test_a_mass_rule_keeps_few_of_sharp_attention_and_most_of_spread_attention():
-    sharp = mx.array([0.0] * 90 + [10.0] * 5 + [0.0] * 5)  # the mass on 5 tokens of 100
-    spread = mx.ones(100)
-    none = mx.zeros(100, dtype=mx.bool_)
-
-    def count(scores, bounds, mass, forced=none, dense=1.0):
-        return prefill.mass_count(scores, forced, bounds, LazyConfig(mass=mass, dense=dense))
-
-    assert count(sharp, (1, 100), 0.9) == 5
-    assert count(spread, (1, 100), 0.9) == 90
-    # the floor and the ceiling bound it; p = 1 (or no mass rule) keeps the ceiling's count
-    assert count(sharp, (20, 100), 0.9) == 20
-    assert count(spread, (1, 50), 0.9) == 50
-    assert count(sharp, (1, 100), 1.0) == 100
-    assert count(sharp, (1, 60), 0.0) == 60
-    # forced tokens (sinks, the last one) go on beside the mass's, their scores aside
-    assert count(sharp, (1, 100), 0.9, forced=mx.arange(100) >= 98) == 7
-    # spread past `dense` of the tokens: every one goes on, past any ceiling
-    assert count(spread, (1, 50), 0.9, dense=0.5) == 100
-    assert count(sharp, (1, 100), 0.9, dense=0.5) == 5
-
-
 def test_a_mass_rule_prunes_a_real_prompt_step_between_its_bounds():
     model = random_model(num_layers=6, seed=5)
     config = LazyConfig(schedule=((0.34, 1.0), (0.67, 0.6)), mass=0.6, least=0.1, keep_first=2)
@@ -412,6 +390,45 @@ def test_a_spread_prompt_runs_whole_from_the_layer_that_says_so(monkeypatch):
     state.record = []
     engine_greedy(model, prompt, 4, sharp, state)
     assert len(state.record[3][1]) < 300  # the same mass, under its dense share: pruned
+
+
+def test_the_first_cut_falls_where_the_question_points_and_keeps_that_place(monkeypatch):
+    """With `point`, the first cut waits for the window to point at one place in the text: it
+    falls at the first candidate layer where it does, keeps that place and its neighbours
+    whatever their scores, and a step that points nowhere by the last candidate runs whole."""
+    model = random_model(num_layers=6, seed=5)
+    config = LazyConfig(
+        schedule=((0.17, 1.0), (0.67, 1.0)), mass=0.5, least=0.1, point=0.5, keep_first=2,
+        window=4,
+    )  # fmt: skip
+    assert LazyState(model).first_cuts(config) == [1, 2, 3]
+    prompt, place = random_tokens(300), 100
+
+    def run(sharp_at: int | None) -> list[list[int]]:
+        calls = []
+
+        def peak(probs):
+            calls.append(None)
+            flat = mx.full((probs.shape[2], probs.shape[3]), 1.0 / probs.shape[3])
+            if len(calls) - 1 == sharp_at:  # the candidate layers in turn: 1, 2, 3
+                flat[0, place] = 0.9
+                flat[1, place + 1] = 0.9
+                flat[2, place + 2] = 0.9
+            return flat
+
+        monkeypatch.setattr(prefill, "attention_peak", peak)
+        state = LazyState(model)
+        state.record = []
+        engine_greedy(model, prompt, 2, config, state)
+        assert_each_pair_once_and_depths_agree(state)
+        return [positions for _, positions in state.record[:6]]
+
+    carried = run(sharp_at=1)  # layer 2 points at the place
+    assert [len(p) for p in carried[:3]] == [300] * 3 and len(carried[3]) < 300
+    near = set(range(place - policy.AROUND, place + 2 + policy.AROUND + 1))
+    assert near <= set(carried[3])  # the place and its neighbours, whatever their scores
+    assert [len(p) for p in run(sharp_at=None)] == [300] * 6  # it points nowhere: whole
+    assert len(run(sharp_at=0)[2]) < 300  # it points at once: the first candidate cuts
 
 
 def test_mass_and_least_must_be_shares():

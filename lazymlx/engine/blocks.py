@@ -114,21 +114,16 @@ def append_kv(
     return rope_at(attn.rope, queries, positions, first)
 
 
-def attention_scores(
+def attention_probs(
     queries: mx.array, keys: mx.array, scale: float, mask: mx.array | None = None
 ) -> mx.array:
-    """How much attention each cache row gets from the given queries: the pruning score.
+    """The attention the last w tokens pay the cache's rows, the pruning's evidence: (kv heads,
+    query heads per kv head, w, rows) probabilities of this process's heads.
 
     queries (1, heads, w, dim) are the last w tokens' (w = 1: LazyLLM's last-token rule); mask
-    (w, rows) says which rows each may see. Probabilities are averaged over the w queries and
-    over the heads (the paper's reduction). Explicit products, since MLX's fused attention never
+    (w, rows) says which rows each may see. Explicit products, since MLX's fused attention never
     returns weights, in fp32 even for half models, since bf16 logits would reorder near-equal
     scores.
-
-    Under tensor parallelism (lazymlx/collectives.py) a rank holds only its share of the heads,
-    and ranking its own would keep other tokens than the other ranks and split their caches: the
-    mean runs over the whole group's heads, and an all_sum result is the same on every rank, so
-    every rank ranks bit-identical scores and keeps the same tokens.
     """
     _, num_heads, window, head_dim = queries.shape
     kv_heads = keys.shape[1]
@@ -137,8 +132,29 @@ def attention_scores(
     logits = (grouped.astype(mx.float32) * scale) @ keys_t
     if mask is not None:
         logits = mx.where(mask, logits, -mx.inf)
-    probs = mx.softmax(logits, axis=-1, precise=True).mean(axis=2)
+    return mx.softmax(logits, axis=-1, precise=True)
+
+
+def attention_scores(probs: mx.array) -> mx.array:
+    """Each row's pruning score: the probabilities averaged over the w queries and over the
+    heads (the paper's reduction).
+
+    Under tensor parallelism (lazymlx/collectives.py) a rank holds only its share of the heads,
+    and ranking its own would keep other tokens than the other ranks and split their caches: the
+    mean runs over the whole group's heads, and an all_sum result is the same on every rank, so
+    every rank ranks bit-identical scores and keeps the same tokens.
+    """
+    probs = probs.mean(axis=2)
     group = collectives.group()
     if group is None:
         return probs.mean(axis=(0, 1))
-    return mx.distributed.all_sum(probs.sum(axis=(0, 1)), group=group) / (num_heads * group.size())
+    heads = probs.shape[0] * probs.shape[1]
+    return mx.distributed.all_sum(probs.sum(axis=(0, 1)), group=group) / (heads * group.size())
+
+
+def attention_peak(probs: mx.array) -> mx.array:
+    """(w, rows): the most attention any one head pays each row from each of the w queries,
+    over the whole group's heads under tensor parallelism: where a question points."""
+    peak = probs.max(axis=(0, 1))
+    group = collectives.group()
+    return peak if group is None else mx.distributed.all_max(peak, group=group)

@@ -377,6 +377,10 @@ class LazyState(list):
         ones): layer → the share of the tokens reaching it that go on."""
         return config.pruning_layers(self.num_layers, self.adapter.ranking_layers)
 
+    def first_cuts(self, config: LazyConfig) -> list[int]:
+        """The layers a prompt step's first cut may fall at on this model (LazyConfig.first_cuts)."""
+        return config.first_cuts(self.num_layers, self.adapter.ranking_layers)
+
     def trimmable_to(self, offset: int) -> bool:
         """Whether the context can be cut back to its first `offset` tokens: every
         sliding-window layer still holds the rows the next token there would attend to."""

@@ -45,6 +45,13 @@ class LazyConfig:
         at a pruning layer keeps every token there and runs whole from there on: its attention
         is spread over the prompt (a summary, a question about the whole of it), and it needs
         all of it. 1: never.
+    point: 0 cuts first at the schedule's first depth. A share p in (0, 1] lets the attention
+        place the first cut: it falls at the first ranking layer from the first depth on (before
+        the second's) where the step's last words point at one place in the text, some of
+        their queries paying at least p of a head's attention to one earlier token (a quoted
+        line, a name, a key), and that place goes on with its neighbours
+        (lazymlx/engine/policy.py); a step whose words point nowhere by then (a summary, a
+        question about the whole text) runs whole.
     keep_first: the first tokens (attention sinks) are never pruned; the step's last token
         always goes on.
     window: tokens are scored by the attention the last `window` carried tokens pay them,
@@ -82,6 +89,7 @@ class LazyConfig:
     mass: float = 0.0
     least: float = 0.0
     dense: float = 1.0
+    point: float = 0.0
     keep_first: int = 0
     window: int = 1
     past_template: bool = False
@@ -102,7 +110,7 @@ class LazyConfig:
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
             if value < (1 if name == "window" else 0):
                 raise LazymlxError(f"{name} must be >= {int(name == 'window')}, got {value}")
-        for name in ("mass", "least", "dense"):
+        for name in ("mass", "least", "dense", "point"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise LazymlxError(f"{name} must be a number in [0, 1], got {value!r}")
@@ -160,9 +168,10 @@ class LazyConfig:
         the attention decides, so this is the most it computes, or with `fewest` the least."""
         if not self.prunes or tokens < self.min_prompt or tokens <= 0:
             return 1.0
-        if self.mass and self.dense < 1 and not fewest:  # the attention may call for all of it
+        spread = self.mass and self.dense < 1 or self.point  # the attention may call for all
+        if spread and not fewest:
             return 1.0
-        ratios, present, pairs = self.pruning_layers(num_layers, ranking), tokens, 0
+        ratios, present, pairs = self.pruning_layers(num_layers, ranking, deferred=False), tokens, 0
         forced = min(tokens, min(self.keep_first, tokens) + 1)
         for layer in range(num_layers):
             pairs += present
@@ -172,11 +181,13 @@ class LazyConfig:
         return pairs / (tokens * num_layers)
 
     def pruning_layers(
-        self, num_layers: int, ranking: Sequence[int] | None = None
+        self, num_layers: int, ranking: Sequence[int] | None = None, deferred: bool = True
     ) -> dict[int, float]:
         """Layer index → the share of the tokens reaching it that go on, for a model with
         `num_layers` layers. Two ratios landing on the same layer compound; pruning at the last
-        layer would select tokens for no deeper layer, so it is dropped.
+        layer would select tokens for no deeper layer, so it is dropped. With `point` (and
+        `deferred`), every ranking layer the first cut may move to carries the first ratio too
+        (`first_cuts`).
 
         ranking: the layers whose attention reaches every position (a sliding-window model's
         global layers). A local layer's attention says nothing of tokens beyond its window, so
@@ -190,7 +201,20 @@ class LazyConfig:
                 layer = min(usable, key=lambda at, wanted=layer: (abs(at - wanted), -at))
             if self._prunes_at(ratio) and layer < num_layers - 1:
                 layers[layer] = layers.get(layer, 1.0) * ratio
+        if deferred and layers:
+            first = min(layers)
+            layers |= {layer: layers[first] for layer in self.first_cuts(num_layers, ranking)}
         return layers
+
+    def first_cuts(self, num_layers: int, ranking: Sequence[int] | None = None) -> list[int]:
+        """The layers a step's first cut may fall at, in order: the schedule's first pruning
+        layer, and with `point` every ranking layer after it before the next one."""
+        layers = sorted(self.pruning_layers(num_layers, ranking, deferred=False))
+        if not layers or not self.point:
+            return layers[:1]
+        end = layers[1] if len(layers) > 1 else num_layers - 1
+        usable = ranking if ranking else range(num_layers)
+        return [layer for layer in usable if layers[0] <= layer < end]
 
     def describe(self) -> str:
         if not self.prunes:
@@ -208,6 +232,12 @@ class LazyConfig:
                 steps += f", whole where that is over {self.dense:.0%} of the prompt"
         else:
             steps = ", ".join(f"keep {ratio:.0%} at {depth:.0%}" for depth, ratio in self.schedule)
+        if self.point:
+            steps += (
+                f", the first cut from {self.schedule[0][0]:.0%} of depth where the question "
+                f"points at the text ({self.point:.0%} of a head's attention on one token), "
+                "else whole"
+            )
         if self.keep_first:
             steps += f", first {self.keep_first} kept"
         if self.min_prompt:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx.engine.blocks import attention_mask, attention_scores, block_forward
+from lazymlx.engine.blocks import attention_mask, attention_probs, attention_scores, block_forward
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 
@@ -76,7 +76,7 @@ def revive_step(state: LazyState, inputs: mx.array, config: LazyConfig) -> mx.ar
             h, positions = h[:, -1:], positions[-1:]
             continue
         row_positions = cache.row_positions()
-        scores = attention_scores(query, cache.fetch()[0], block.self_attn.scale)
+        scores = attention_scores(attention_probs(query, cache.fetch()[0], block.self_attn.scale))
         waiting = aux.depth[row_positions] == layer + 1  # stopped here: KV here, none deeper
         picks = mx.argpartition(-mx.where(waiting, scores, -mx.inf), revived - 1)[:revived]
         picked = row_positions[picks]

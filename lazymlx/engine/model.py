@@ -16,6 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from lazymlx import context_parallel
+from lazymlx.engine import policy
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.decode import forward_step, revive_step
@@ -30,13 +31,14 @@ class PromptCounts:
 
     start: tokens in the context before the call; pairs_before: the (token, layer) pairs they
     had computed; pairs: the step's own (its tokens' and the ones it revived); revived: earlier
-    tokens it brought back.
+    tokens it brought back; how: why it pruned what it did, in a few words (the policy's).
     """
 
     start: int
     pairs_before: int
     pairs: int
     revived: int = 0
+    how: str = ""
 
 
 class LazyModel(nn.Module):
@@ -51,14 +53,16 @@ class LazyModel(nn.Module):
         prompt_length: int,
         chunk: int,
         progress: Progress | None = None,
+        tail: int = 0,
     ) -> None:
         super().__init__()
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
+        self.tail = tail  # the prompt's closing chat-template tokens (engine/templates.py)
         self.remaining = prompt_length  # prompt tokens not yet seen
         # a short prompt runs whole, but over a pruned context it still goes through the lazy
         # prompt step, which revives the context tokens it needs
-        self.prune_own = config.prunes and prompt_length >= config.min_prompt
+        self.prune_own = policy.prunes_step(config, prompt_length)
         revives = config.prunes and config.prompt_revive and state.offset > 0
         revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
         # rank 0 of a context-parallel group runs a first prompt on the chain, pruned or not
@@ -67,7 +71,8 @@ class LazyModel(nn.Module):
         self.pending: list[mx.array] = []  # the prompt's chunks, for the lazy prompt step
         self.decoded = 0  # decode steps run with revival
         pairs = prompt_length * state.num_layers
-        self.counts = PromptCounts(state.offset, state.pairs(), pairs)
+        short = policy.SHORT if config.prunes and not self.prune_own else ""
+        self.counts = PromptCounts(state.offset, state.pairs(), pairs, how=short)
 
     def __call__(self, inputs: mx.array, cache: object = None, **unused: object) -> mx.array | None:
         state = self.context
@@ -80,11 +85,12 @@ class LazyModel(nn.Module):
                 return None  # generate_step ignores what a prompt chunk returns
             tokens = mx.concatenate(self.pending)
             step = context_parallel.lazy_prompt_step(
-                state, tokens, self.config, self.chunk, self.progress, self.prune_own
+                state, tokens, self.config, self.chunk, self.progress, self.prune_own, self.tail
             )
             before = self.counts.pairs_before
+            how = step.how if self.prune_own else self.counts.how
             self.counts = PromptCounts(
-                self.counts.start, before, state.pairs() - before, step.revived
+                self.counts.start, before, state.pairs() - before, step.revived, how
             )
             return step.logits
         with interrupts_deferred():  # a step half-applied to the caches would corrupt the context

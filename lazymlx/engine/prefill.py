@@ -25,9 +25,18 @@ from functools import cache as cache_once  # the row scores, computed on first u
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
+from lazymlx.engine import policy
+from lazymlx.engine.blocks import (
+    append_kv,
+    attention_mask,
+    attention_peak,
+    attention_probs,
+    attention_scores,
+    block_forward,
+)
 from lazymlx.engine.cache import LazyKVCache, LazyState, causal_mask
 from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.policy import Phase
 
 PREFILL_CHUNK = 2048  # mlx-lm's default prefill_step_size
 
@@ -55,11 +64,11 @@ class Ranker:
         shaped[order] = _pooled(scores[order], self.config.pool).astype(mx.float32)
         return shaped
 
-    def row_scores(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
-        """The attention every row of the layer gets from the observing tokens (its last rows)."""
+    def row_probs(self, observed: mx.array, cache: LazyKVCache, scale: float) -> mx.array:
+        """The attention the observing tokens (the layer's last rows) pay every row of it."""
         row_positions, window = cache.row_positions(), observed.shape[2]
         mask = None if window == 1 else causal_mask(row_positions, row_positions[-window:])
-        return attention_scores(observed, cache.fetch()[0], scale, mask)
+        return attention_probs(observed, cache.fetch()[0], scale, mask)
 
     def own(self, layer: int, row_scores: Callable[[], mx.array], count: int) -> mx.array:
         """Pooled scores of the step's own `count` tokens (the layer's last rows); row_scores()
@@ -83,15 +92,18 @@ class Ranker:
 
 @dataclass
 class Step:
-    """What a prompt step keeps from layer to layer (prune: whether its own tokens are pruned),
-    and what it changed in earlier tokens' Aux entries, so an interrupted step can put them
-    back: `revivals` holds (positions, their depth before, their Aux slots before), in order."""
+    """What a prompt step keeps from layer to layer (phase: whether its own tokens are pruned,
+    whether its first cut has fallen), and what it changed in earlier tokens' Aux entries, so an
+    interrupted step can put them back: `revivals` holds (positions, their depth before, their
+    Aux slots before), in order. tail: how many of its last tokens are the chat template's
+    closing ones, observed beside the window's (with `past_template`) but never pointing."""
 
     state: LazyState
     config: LazyConfig
     chunk: int
-    prune: bool
+    phase: Phase
     ranker: Ranker
+    tail: int = 0
     revivals: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
     running: list[mx.array] = field(default_factory=list)  # the evaluation still in flight
 
@@ -102,6 +114,11 @@ class Step:
         mx.async_eval(*arrays)
         mx.eval(*self.running)
         self.running = list(arrays)
+
+    @property
+    def window(self) -> int:
+        """The last tokens whose queries score: the config's window, and the template's tail."""
+        return self.config.window + (self.tail if self.config.past_template else 0)
 
     def revive(self, positions: mx.array, depth: int) -> mx.array:
         """Note the tokens' entries before they resume; their Aux slots (their input now)."""
@@ -116,11 +133,12 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class PromptResult:
-    """What a prompt step computed: the last token's logits (1, 1, vocab), and how many earlier
-    tokens (pruned by an earlier step) it brought back."""
+    """What a prompt step computed: the last token's logits (1, 1, vocab), how many earlier
+    tokens (pruned by an earlier step) it brought back, and why it pruned what it did."""
 
     logits: mx.array
     revived: int
+    how: str = ""
 
 
 def prompt_step(
@@ -130,20 +148,24 @@ def prompt_step(
     chunk: int = PREFILL_CHUNK,
     progress: Progress | None = None,
     prune: bool = True,
+    tail: int = 0,
 ) -> PromptResult:
     """Run `tokens` over the context, pruning by the config; what it computed.
 
     prune: whether the step's own tokens are pruned; a short step runs whole but still revives
-    the context tokens it needs. progress(done, total) is called as each layer's last chunk
+    the context tokens it needs. tail: how many of the tokens are the chat template's closing
+    ones (lazymlx/engine/templates.py). progress(done, total) is called as each layer's last chunk
     runs, `done` being the share of the step's tokens whose layers are done or running
     (layer-major, so it climbs by a layer's worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
     request) leaves the context as it was before it.
     """
     start = state.offset
-    step = Step(state, config, chunk, prune, Ranker(config, start))
+    step = Step(state, config, chunk, Phase(prune), Ranker(config, start), tail)
     try:
         logits = _layers(step, tokens, progress)
-        return PromptResult(logits, sum(positions.size for positions, _, _ in step.revivals))
+        revived = sum(positions.size for positions, _, _ in step.revivals)
+        how = step.phase.said(state.num_layers, bool(config.point))
+        return PromptResult(logits, revived, how)
     except BaseException:
         _roll_back(step, start)
         raise
@@ -190,6 +212,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     num_layers = state.num_layers
     start, end = state.offset, state.offset + tokens.size
     ratios = state.pruning_layers(config)
+    firsts = state.first_cuts(config)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
     if start and config.prompt_revive and config.selection == "attention":
@@ -210,15 +233,15 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         if deepest or layer not in ratios:
             continue
         own = carried.positions.size - carried.revived
-        bounds = own_bounds(config, ratios[layer], own, sinks, step.prune)
-        backlog = waiting is not None and waiting[layer + 1] > 0
-        if bounds[0] >= own and not carried.revived and not backlog:
-            continue
         scale = block.self_attn.scale
-        scores = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_scores(o, c, s))
+        probs = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_probs(o, c, s))
+        scores = cache_once(lambda p=probs: attention_scores(p()))
+        cut = cut_own(step, layer, ratios[layer], firsts, scores, probs, own, sinks)
+        backlog = waiting is not None and waiting[layer + 1] > 0
+        if cut is None and not carried.revived and not backlog:
+            continue
         aux.make_slots(adapter.hidden_size, state.dtype)
-        kept, dropped = rank_own(ranker, layer, scores, own, sinks, bounds, config)
-        step.prune &= kept.size < own or bounds[0] >= own  # spread attention: whole from here
+        kept, dropped = cut or (mx.arange(own), mx.arange(0))
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
         if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
@@ -233,17 +256,55 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     return adapter.logits(carried.h[:, -1:])
 
 
-def own_bounds(
-    config: LazyConfig, ratio: float, own: int, sinks: int, prune: bool
-) -> tuple[int, int]:
-    """The fewest and the most of a step's `own` tokens that go on past a pruning layer keeping
-    `ratio` (all of them when the step runs whole); never fewer than the forced ones, the
-    sinks and the last token."""
-    if not prune:
-        return own, own
-    forced = min(own, sinks + 1)
-    low, high = config.kept_bounds(ratio, own)
-    return max(low, forced), max(high, forced)
+def cut_own(
+    step: Step,
+    layer: int,
+    ratio: float,
+    firsts: list[int],
+    scores: Callable[[], mx.array],
+    probs: Callable[[], mx.array],
+    own: int,
+    sinks: int,
+) -> tuple[mx.array, mx.array] | None:
+    """The step's own `own` tokens (the layer's last rows) at a pruning layer keeping `ratio`:
+    (kept, ascending; dropped) where the policy cuts them here, else None (all go on). A cut
+    that keeps every one finds the attention spread: the step runs whole from here. scores()
+    and probs() give the window's attention on the layer's rows, computed on first use.
+    The prompt step and the context-parallel chain both ask here."""
+    near = _cut_here(step, layer, firsts, probs, own)
+    bounds = policy.bounds(step.config, ratio, own, sinks, near is not None)
+    if bounds[0] >= own:
+        return None
+    kept, dropped = rank_own(step.ranker, layer, scores, own, sinks, bounds, step.config, near)
+    if kept.size == own:
+        step.phase.runs_whole(policy.SPREAD)
+    return kept, dropped
+
+
+def _cut_here(
+    step: Step, layer: int, firsts: list[int], probs: Callable[[], mx.array], own: int
+) -> mx.array | None:
+    """Whether the step cuts its own tokens at this pruning layer (the policy's first cut, or a
+    later one), and if so the own tokens it keeps whatever their scores (a mask: the place its
+    words point at, with its neighbours; none kept so outside a first cut with `point`);
+    None where it does not cut here."""
+    config, phase = step.config, step.phase
+    if not phase.prune or (layer in firsts) == phase.cut:
+        return None  # runs whole, or between a first cut and the next scheduled one
+    nothing = mx.zeros((own,), mx.bool_)
+    if not config.point:
+        phase.cuts(layer)
+        return nothing
+    row_positions = step.state[layer].row_positions()
+    peak = attention_peak(probs())
+    peak = peak[: max(0, peak.shape[0] - (step.window - config.window))]  # the tail aside
+    asked_at = row_positions[-min(step.window, row_positions.size)] - policy.NEAR
+    eligible = (row_positions >= config.keep_first) & (row_positions < asked_at)
+    strength, best, rows = policy.pointing(peak, eligible)
+    if not policy.first_cut(config, phase, strength, last_chance=layer == firsts[-1]):
+        return None
+    phase.cuts(layer)
+    return policy.pointed_rows(best, rows, config.point, row_positions)[-own:]
 
 
 def rank_own(
@@ -254,42 +315,22 @@ def rank_own(
     sinks: int,
     bounds: tuple[int, int],
     config: LazyConfig,
+    near: mx.array | None = None,
 ) -> tuple[mx.array, mx.array]:
-    """The step's own `own` tokens ranked among themselves: the top k go on, the sinks and the
-    last token always among them, k between `bounds` (the mass rule's count, or the one count
-    of a fixed ratio), or every one where the mass is spread past `config.dense`. (kept,
-    ascending; dropped)."""
+    """The step's own `own` tokens ranked among themselves: the top k go on, the sinks, the last
+    token and the `near` ones (a mask) always among them, k between `bounds` (the mass rule's
+    count, or the one count of a fixed ratio), or every one where the mass is spread past
+    `config.dense`. (kept, ascending; dropped)."""
     scores = ranker.own(layer, row_scores, own)
     index = mx.arange(own)
     forced = (index < sinks) | (index == own - 1)
+    if near is not None:
+        forced = forced | near
     order = mx.argsort(-mx.where(forced, mx.inf, scores.astype(mx.float32)))
-    k = mass_count(scores, forced, bounds, config)
+    k = policy.kept_count(scores, forced, bounds, config)
     kept = mx.sort(order[:k])
     ranker.narrow(kept)
     return kept, order[k:]
-
-
-def mass_count(
-    scores: mx.array, forced: mx.array | None, bounds: tuple[int, int], config: LazyConfig
-) -> int:
-    """How many tokens go on: with a mass rule (0 < mass < 1) the forced ones and the fewest
-    others whose scores hold `mass` of the others' total, clamped to `bounds`, or all of them
-    where that is over `dense` of them; else the most. One host sync, only where the bounds
-    leave a choice."""
-    low, high, mass = *bounds, config.mass
-    if low >= high or not 0 < mass < 1:
-        return high
-    free = scores.astype(mx.float32)
-    if forced is not None:
-        free = mx.where(forced, 0.0, free)
-    free = mx.maximum(free, 0.0)  # random selection's scores are uniform, attention's >= 0
-    held = mx.cumsum(mx.sort(free)[::-1])
-    need = mx.sum(held < mass * held[-1]) + 1
-    fixed = 0 if forced is None else mx.sum(forced)
-    count = int((need + fixed).item())
-    if count > config.dense * scores.size:
-        return scores.size
-    return min(max(count, low), high)
 
 
 def _revive(
@@ -314,7 +355,7 @@ def _revive(
     shaped = ranker.shape_rows(scores, row_positions)
     context, back = shaped[:split], shaped[split : split + revived]
     config = step.config
-    count = mass_count(shaped, None, config.kept_bounds(ratio, cache.rows), config)
+    count = policy.kept_count(shaped, None, config.kept_bounds(ratio, cache.rows), config)
     bar = mx.sort(shaped)[-count] if count < cache.rows else mx.array(-mx.inf)
     # carried context tokens below the bar stop here
     flags = (back >= bar).tolist() if revived else []
@@ -347,7 +388,7 @@ def _layer(
     """One layer over the carried tokens in chunks (revived ones first); their outputs and the
     last `window` queries of the step's own tokens. forget: a sliding-window layer drops the
     rows its next chunks can't reach (not at a pruning layer, whose ranking reads every row)."""
-    state, chunk, window = step.state, step.chunk, step.config.window
+    state, chunk, window = step.state, step.chunk, step.window
     adapter, cache, block = state.adapter, state[layer], state.adapter.layers[layer]
     deepest = layer == state.num_layers - 1
     h, positions, first, revived = carried.h, carried.positions, carried.first, carried.revived

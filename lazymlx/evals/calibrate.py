@@ -69,6 +69,8 @@ _FLOOR = re.compile(r"min(?P<tokens>\d+)")  # min256: at least 256 tokens on pas
 _MASS = re.compile(r"mass(?P<share>\d*\.?\d+)")  # mass0.9: keep what holds 90% of the attention
 _LEAST = re.compile(r"least(?P<share>\d*\.?\d+)")  # least0.05: at least 5% on past each prune
 _DENSE = re.compile(r"dense(?P<share>\d*\.?\d+)")  # dense0.3: whole where the mass needs > 30%
+# point0.5: the first cut where the question points at the text (LazyConfig.point)
+_POINT = re.compile(r"point(?P<share>\d*\.?\d+)")
 # "X from3840": candidate X with prompts under 3,840 tokens run whole (its min_prompt)
 _GATE = re.compile(r"(?P<candidate>.+) from(?P<tokens>\d+)")
 GATE_STEP = 256  # gates are whole multiples of this many tokens
@@ -105,7 +107,8 @@ def candidate_config(
     whose answers survive harder pruning can be tried on it. A mass rule starts "mass0.9" (keep
     the fewest tokens holding 90% of the attention, the ratios its ceilings) and may set its
     least share and the share past which a prompt runs whole after the steps ("mass0.9 1@24%
-    0.5@57% least0.05 dense0.3 min256"). A schedule keeps
+    0.5@57% least0.05 dense0.3 min256"); "point0.5" before the floor lets the first cut wait
+    for the question to point at the text (LazyConfig.point). A schedule keeps
     the rest of the model's pruning base (config.pruning_base): its default where that prunes,
     else `gentle`, the model's own gentle rule (None: the built-in one), as presets.py builds
     the comparison strategies."""
@@ -123,6 +126,8 @@ def candidate_config(
     words = words[1:] if mass else words
     floor = _FLOOR.fullmatch(words[-1]) if words else None
     words = words[:-1] if floor else words
+    point = _POINT.fullmatch(words[-1]) if words else None
+    words = words[:-1] if point else words
     dense = _DENSE.fullmatch(words[-1]) if mass and words else None
     words = words[:-1] if dense else words
     least = _LEAST.fullmatch(words[-1]) if mass and words else None
@@ -141,6 +146,7 @@ def candidate_config(
         mass=float(mass["share"]) if mass else 0.0,
         least=float(least["share"]) if least else 0.0,
         dense=float(dense["share"]) if dense else 1.0,
+        point=float(point["share"]) if point else 0.0,
         decode="sparse" if sparse else "revive",
         min_keep=int(floor["tokens"]) if floor else 0,
     )
