@@ -37,6 +37,20 @@ BENCH_COLUMNS: list[Column] = [
     ("answer_matches_baseline", "= baseline", yes_no),
     ("answer_correct", "answer right", yes_no),
 ]
+# several prompts (a list, or `workload`): which prompt a row is, and a geometric-mean row per
+# preset (its counts written out, the cells only single runs fill empty)
+WORKLOAD_COLUMNS: list[Column] = [
+    ("prompt", "prompt", str),
+    *(
+        (
+            key,
+            heading,
+            lambda v, show=show: "—" if v is None else v if isinstance(v, str) else show(v),
+        )
+        for key, heading, show in BENCH_COLUMNS
+        if key not in ("ttft_std", "prompt_tps", "peak_memory_gb")
+    ),
+]
 CHAIN_COLUMNS: list[Column] = [
     *BENCH_COLUMNS[:1],
     ("ranks", "ranks", str),
@@ -74,8 +88,10 @@ def bench(
         str,
         typer.Option(
             "--prompt",
-            help="A one-prompt task of the eval (passkey, the default; code, needle-docs, json, "
-            "lookalike...), random, or a text FILE.",
+            help="A one-prompt task of the eval (passkey, the default; real-option, "
+            "real-function, summary, json, lookalike...), a comma list of them, workload (a "
+            "question about a manual, over several documents, about source code, a summary, an "
+            "open question, a passkey: per kind and their geometric mean), random, or a text FILE.",
         ),
     ] = "passkey",
     output: options.Output = "md",
@@ -111,6 +127,9 @@ def bench(
         warmup="1 per mode, at the timed length", **_parallel_note(parallel, ranks),
     )  # fmt: skip
     columns = CHAIN_COLUMNS if ranks else BENCH_COLUMNS
+    if any("prompt" in row for row in rows):
+        rows = [{key: row.get(key) for key, _, _ in WORKLOAD_COLUMNS} | row for row in rows]
+        columns = WORKLOAD_COLUMNS
     emit(output, head, against_one_process(rows, ranks), columns)
 
 

@@ -82,6 +82,28 @@ def test_bench_csv_and_table(tiny_model_dir: Path):
     assert "presets: lazy:gentle: keep 20% at 67%" in table
 
 
+def test_bench_times_a_workload_per_prompt_and_its_geometric_mean(tiny_model_dir: Path):
+    """Several prompts: a row per prompt and preset, then per preset the geometric mean of the
+    TTFT ratios over them, the mean work share and how many pruned and kept stock's answer."""
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "1100", "--lazy", "fast", "-n", "2")
+    data = json.loads(invoke(*args, "--prompt", "real-option,passkey", "--output", "json"))
+    rows = data["rows"]
+    assert [(r["prompt"], r["mode"]) for r in rows[:4]] == [
+        ("real-option", "baseline"), ("real-option", "lazy:fast"),
+        ("passkey", "baseline"), ("passkey", "lazy:fast"),
+    ]  # fmt: skip
+    mean = rows[5]
+    assert mean["mode"] == "lazy:fast" and mean["prompt"] == "geometric mean of 2"
+    expected = (rows[1]["speedup"] * rows[3]["speedup"]) ** 0.5
+    assert mean["speedup"] == pytest.approx(expected)
+    assert mean["compute_fraction"] == pytest.approx(
+        (rows[1]["compute_fraction"] + rows[3]["compute_fraction"]) / 2
+    )
+    assert mean["pruned"] == f"{sum(bool(r['pruned']) for r in (rows[1], rows[3]))} of 2"
+    table = invoke(*args, "--prompt", "real-option,passkey")
+    assert "| geometric mean of 2 " in table and "| real-option " in table
+
+
 def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_model_dir: Path):
     """The tiny model is not calibrated: its default runs whole, so it is left out, and gentle's
     1,024-token floor runs a 600-token prompt whole, which its row says."""

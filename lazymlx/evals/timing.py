@@ -23,7 +23,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.presets import resolve_preset, saved_presets, shipped_presets
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.cases import make_case
+from lazymlx.evals.cases import make_case, prompt_tokens
 from lazymlx.evals.families import SINGLE_PROMPT
 from lazymlx.evals.outcome import BASELINE_STRATEGY, Run, Strategy, run_once
 from lazymlx.generation import encode_prompt
@@ -32,6 +32,26 @@ from lazymlx.prompts import holds_answer
 
 PROMPT_KINDS = (*SINGLE_PROMPT, "random")
 PROMPT_SEED = 2  # the asked fact at mid depth (0.5)
+# `--prompt workload`: what people paste, one prompt of each kind, through the chat template
+# where the model has one: questions whose answers a real manual, several retrieved manuals and
+# real source code state, a summary and an open question about a document, and a planted
+# look-up (the passkey), the one kind the field's needle tests time.
+WORKLOAD = {
+    "real-option": "a question about a manual",
+    "real-pick": "a question over several documents",
+    "real-function": "a question about source code",
+    "real-value": "a value in source code",
+    "summary": "a summary of a document",
+    "question": "an open question about a document",
+    "passkey": "a planted look-up",
+}
+
+
+def prompt_kinds(prompt: str) -> list[str]:
+    """The prompts `--prompt` names: one kind or file, a comma list, or `workload`."""
+    if prompt == "workload":
+        return list(WORKLOAD)
+    return [kind.strip() for kind in prompt.split(",") if kind.strip()]
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPr
     """
     if kind in SINGLE_PROMPT:
         case = make_case(kind, tokenizer, length, PROMPT_SEED, "calibration")
-        return BenchPrompt(encode_prompt(tokenizer, case.segments[0]).tolist(), case.gold)
+        return BenchPrompt(prompt_tokens(tokenizer, case), case.gold)
     if kind == "random":
         special = max(tokenizer.all_special_ids, default=0) + 1
         rng = np.random.default_rng(length)
@@ -100,31 +120,62 @@ def bench(
     on_run: Callable[[str], None] | None = None,
     where: Callable[[Strategy], AbstractContextManager] | None = None,
 ) -> list[dict]:
-    """One row per (length, strategy), the baseline first at each length; `where` gives the
-    context each strategy's runs happen in (a context-parallel group: the chain or rank 0 alone)."""
+    """One row per (length, prompt, strategy), the baseline first; with several prompts (a
+    comma list, or `workload`) a row per (length, strategy) after them with the geometric mean
+    of the TTFT ratios and the mean work share. Every strategy warms up once per length, on
+    its first prompt. `where` gives the context each strategy's runs happen in (a
+    context-parallel group: the chain or rank 0 alone)."""
     strategies = [BASELINE_STRATEGY, *strategies]
     where = where or (lambda _: nullcontext())
+    kinds = prompt_kinds(prompt_kind)
     rows = []
     for length in lengths:
-        prompt = bench_prompt(tokenizer, prompt_kind, length)
+        prompts = [(kind, bench_prompt(tokenizer, kind, length)) for kind in kinds]
         for strategy in strategies:
             if on_run:
-                on_run(f"{len(prompt.tokens)} tokens, warm-up {strategy.mode}")
+                on_run(f"{len(prompts[0][1].tokens)} tokens, warm-up {strategy.mode}")
             with where(strategy):
-                run_once(model, tokenizer, prompt.tokens, 2, strategy.config)
-        runs: dict[str, list[Run]] = {s.mode: [] for s in strategies}
-        for repeat in range(repeats):
-            for strategy in strategies:
-                if on_run:
-                    on_run(
-                        f"{len(prompt.tokens)} tokens, {strategy.mode}, run {repeat + 1}/{repeats}"
-                    )
-                with where(strategy):
-                    run = run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
-                runs[strategy.mode].append(run)
-        baseline = runs[BASELINE_STRATEGY.mode]
-        rows += [_row(mode, mine, baseline, prompt) for mode, mine in runs.items()]
+                run_once(model, tokenizer, prompts[0][1].tokens, 2, strategy.config)
+        mine: list[dict] = []
+        for kind, prompt in prompts:
+            runs: dict[str, list[Run]] = {s.mode: [] for s in strategies}
+            for repeat in range(repeats):
+                for strategy in strategies:
+                    if on_run:
+                        which = f"{kind}, " if len(kinds) > 1 else ""
+                        size, count = len(prompt.tokens), f"{repeat + 1}/{repeats}"
+                        on_run(f"{which}{size} tokens, {strategy.mode}, run {count}")
+                    with where(strategy):
+                        run = run_once(model, tokenizer, prompt.tokens, gen_len, strategy.config)
+                    runs[strategy.mode].append(run)
+            baseline = runs[BASELINE_STRATEGY.mode]
+            made = [_row(mode, done, baseline, prompt) for mode, done in runs.items()]
+            mine += [row | {"prompt": kind} for row in made] if len(kinds) > 1 else made
+        rows += mine + (_workload_rows(mine, length) if len(kinds) > 1 else [])
     return rows
+
+
+def _workload_rows(rows: list[dict], length: int) -> list[dict]:
+    """Per strategy over a length's prompts: the geometric mean of the TTFT ratios to stock's,
+    the mean work share, and how many prompts pruned and kept stock's answer."""
+    summary = []
+    for mode in dict.fromkeys(row["mode"] for row in rows):
+        mine = [row for row in rows if row["mode"] == mode]
+        summary.append(
+            {
+                "mode": mode,
+                "prompt": f"geometric mean of {len(mine)}",
+                "length": length,
+                "prompt_tokens": statistics.mean(row["prompt_tokens"] for row in mine),
+                "speedup": statistics.geometric_mean(row["speedup"] for row in mine),
+                "compute_fraction": statistics.mean(row["compute_fraction"] for row in mine),
+                "pruned": f"{sum(bool(row['pruned']) for row in mine)} of {len(mine)}",
+                "answer_matches_baseline": (
+                    f"{sum(row['answer_matches_baseline'] for row in mine)} of {len(mine)}"
+                ),
+            }
+        )
+    return summary
 
 
 def _mean_std(values: list[float]) -> tuple[float, float | None]:
