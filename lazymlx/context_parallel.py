@@ -73,6 +73,7 @@ from lazymlx.engine.prefill import (
     Step,
     _roll_back,
     cut_own,
+    observed_queries,
     prompt_step,
 )
 from lazymlx.errors import LazymlxError, RankError
@@ -365,7 +366,13 @@ _costs: dict[int, tuple[float, float]] = {}  # per model (id): timed once per pr
 
 
 def plan_for(
-    state: LazyState, tokens: mx.array, config: LazyConfig, chunk: int, prune: bool, tail: int
+    state: LazyState,
+    tokens: mx.array,
+    config: LazyConfig,
+    chunk: int,
+    prune: bool,
+    tail: int,
+    asked: int,
 ) -> Plan | None:
     """The chain's plan for a first prompt, or None where it runs on rank 0 alone (a context
     already there: a later turn; a prompt too short to be worth the hops)."""
@@ -385,7 +392,7 @@ def plan_for(
         tokens=np.array(tokens).astype(np.int64),
         bounds=partition(tokens.size, ranks, token_cost, pair_cost),
         chunk=chunk,
-        window=config.window + (tail if config.past_template else 0),
+        window=observed_queries(config, tail, asked),
         decisions=sorted(layer for layer in ratios if layer < deepest) if prune else [],
         layer_ms=math.ceil(whole * 1000),
     )
@@ -454,6 +461,7 @@ def lazy_prompt_step(
     progress: Progress | None = None,
     prune: bool = True,
     tail: int = 0,
+    asked: int = 0,
 ) -> PromptResult:
     """Rank 0's prompt step: `prompt_step`'s result and context, the prompt run on the chain.
 
@@ -464,15 +472,15 @@ def lazy_prompt_step(
     one error line (lazymlx/distributed.py: fail), as it ends every other rank's.
     """
     if _chain is None or not _chain.leads:
-        return prompt_step(state, tokens, config, chunk, progress, prune, tail)
+        return prompt_step(state, tokens, config, chunk, progress, prune, tail, asked)
     check_model(state)
-    plan = plan_for(state, tokens, config, chunk, prune, tail)
+    plan = plan_for(state, tokens, config, chunk, prune, tail, asked)
     if plan is None:
-        return prompt_step(state, tokens, config, chunk, progress, prune, tail)
+        return prompt_step(state, tokens, config, chunk, progress, prune, tail, asked)
     encoded = plan.encode()
     _chain.send(mx.array([STEP, encoded.size], mx.int32), -1, "header")
     _chain.send(encoded, -1, "header")
-    runner = _Runner(state, plan, config, progress, prune, tail)
+    runner = _Runner(state, plan, config, progress, prune, tail, asked)
     try:
         logits = runner.run()
     except BaseException as error:
@@ -516,12 +524,14 @@ class _Runner:
         progress: Progress | None,
         prune: bool | None,
         tail: int = 0,
+        asked: int = 0,
     ) -> None:
         self.state, self.plan, self.progress = state, plan, progress
         self.chain = _chain
         self.leads = config is not None
         config = config or LazyConfig(window=plan.window)
-        self.step = Step(state, config, plan.chunk, Phase(bool(prune)), Ranker(config, 0), tail)
+        ranker = Ranker(config, 0)
+        self.step = Step(state, config, plan.chunk, Phase(bool(prune)), ranker, tail, asked)
         p = self.chain.position
         self.begin, self.end = plan.bounds[p], plan.bounds[p + 1]
         self.total = len(plan.tokens)
@@ -715,7 +725,7 @@ class _Runner:
         ratio = state.pruning_layers(step.config)[layer]
         cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
         probs = cache_once(lambda: step.ranker.row_probs(observed, cache, scale))
-        scores = cache_once(lambda: attention_scores(probs()))
+        scores = cache_once(lambda: attention_scores(probs()[:, :, -step.ranking :]))
         firsts = state.first_cuts(step.config)
         cut = cut_own(step, layer, ratio, firsts, scores, probs, count, sinks)
         mask = np.ones(count, np.uint8)

@@ -31,7 +31,7 @@ from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.model import LazyModel, PromptCounts
 from lazymlx.engine.prefill import PREFILL_CHUNK
-from lazymlx.engine.templates import template_tail
+from lazymlx.engine.templates import question_length, template_tail
 from lazymlx.errors import LazymlxError
 from lazymlx.sampling import check_sampling, check_value
 from lazymlx.worker import GENERATION_THREAD
@@ -365,7 +365,8 @@ def _lazy_model(
     chunk = kwargs.get("prefill_step_size", PREFILL_CHUNK)
     progress = kwargs.get("prompt_progress_callback")
     tail = template_tail(tokenizer, tokens)
-    wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress, tail)
+    asked = question_length(tokenizer, tokens, tail) if lazy.point else 0
+    wrapped = LazyModel(model, state, lazy, tokens.size, chunk, progress, tail, asked)
     if wrapped.lazy_prompt and progress is not None:  # it counts layer by layer instead
         kwargs["prompt_progress_callback"] = None
         return wrapped, progress

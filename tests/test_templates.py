@@ -1,4 +1,5 @@
-"""A chat turn's scoring window observes the user's text, not the chat template's closing tokens."""
+"""A chat turn's scoring window observes the user's text, not the chat template's closing
+tokens; the question a prompt ends with is found after its last blank line or message start."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import mlx.core as mx
 import lazymlx
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.templates import generation_tail, template_tail
+from lazymlx.engine.templates import (
+    QUESTION_MOST,
+    generation_tail,
+    question_length,
+    template_tail,
+)
 
 TEXT = " ".join(f"item {i} is {i * 7 % 97}." for i in range(60))
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), window=2, pool=1)
@@ -53,3 +59,19 @@ def test_a_raw_prompt_is_scored_as_before(tiny):
     assert depths(tiny, prompt, replace(PRUNING, past_template=True)) == depths(
         tiny, prompt, PRUNING
     )
+
+
+def test_the_question_is_what_follows_the_last_blank_line_or_message_start(tiny):
+    _, tokenizer = tiny
+    question = "Which item is 21?"
+    asked = len(tokenizer.encode(question, add_special_tokens=False))
+    prompt = mx.array(chat_prompt(tokenizer, f"{TEXT}\n\n{question}"))
+    tail = template_tail(tokenizer, prompt)
+    assert question_length(tokenizer, prompt, tail) == asked
+    # a chat message without a blank line: the message is the question
+    prompt = mx.array(chat_prompt(tokenizer, question))
+    assert question_length(tokenizer, prompt, template_tail(tokenizer, prompt)) == asked
+    # a raw prompt that runs on has none; a question longer than QUESTION_MOST is read by its end
+    assert question_length(tokenizer, mx.array(tokenizer.encode(TEXT)), 0) == 0
+    long = mx.array(tokenizer.encode("Intro.\n\n" + TEXT))
+    assert long.size > QUESTION_MOST and question_length(tokenizer, long, 0) == 0

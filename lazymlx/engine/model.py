@@ -54,11 +54,13 @@ class LazyModel(nn.Module):
         chunk: int,
         progress: Progress | None = None,
         tail: int = 0,
+        asked: int = 0,
     ) -> None:
         super().__init__()
         self.model = model  # a child module, so mlx-lm's wired_limit counts the weights
         self.context, self.config, self.chunk, self.progress = state, config, chunk, progress
-        self.tail = tail  # the prompt's closing chat-template tokens (engine/templates.py)
+        # the prompt's closing chat-template tokens, and the user's question before them
+        self.tail, self.asked = tail, asked  # (lazymlx/engine/templates.py)
         self.remaining = prompt_length  # prompt tokens not yet seen
         # a short prompt runs whole, but over a pruned context it still goes through the lazy
         # prompt step, which revives the context tokens it needs
@@ -85,8 +87,9 @@ class LazyModel(nn.Module):
                 return None  # generate_step ignores what a prompt chunk returns
             tokens = mx.concatenate(self.pending)
             step = context_parallel.lazy_prompt_step(
-                state, tokens, self.config, self.chunk, self.progress, self.prune_own, self.tail
-            )
+                state, tokens, self.config, self.chunk, self.progress, self.prune_own, self.tail,
+                self.asked,
+            )  # fmt: skip
             before = self.counts.pairs_before
             how = step.how if self.prune_own else self.counts.how
             self.counts = PromptCounts(

@@ -36,9 +36,9 @@ POINTING_QUERIES = 3
 # Tokens kept on either side of a place the question points at: the line it quotes and the
 # flag, name or value beside it (a manual's option precedes its description).
 AROUND = 32
-# Rows this near before the window are the question's own first words, not the text: a query
-# that attends there points at its own sentence (previous-token and local heads do).
-NEAR = 32
+# Rows this near before the question are where local and previous-token heads look from its
+# first words, not a place it points at.
+NEAR = 16
 
 
 @dataclass
@@ -115,7 +115,7 @@ def kept_count(
 def pointing(peak: mx.array, eligible: mx.array) -> tuple[float, mx.array, mx.array]:
     """How sharply the window's queries point at one place in the text: `peak` (queries, rows)
     is each query's attention on each row, the most any head pays it; `eligible` (rows,) the
-    rows a question can point at (not the sinks, not the window nor the NEAR rows before it).
+    rows a question can point at (not the sinks, nor its own words and the NEAR rows before).
 
     Returns the strength (the mean of the POINTING_QUERIES sharpest queries' best single-row
     probability), and per query its best probability and the row it falls on."""

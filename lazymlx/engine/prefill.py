@@ -96,7 +96,9 @@ class Step:
     whether its first cut has fallen), and what it changed in earlier tokens' Aux entries, so an
     interrupted step can put them back: `revivals` holds (positions, their depth before, their
     Aux slots before), in order. tail: how many of its last tokens are the chat template's
-    closing ones, observed beside the window's (with `past_template`) but never pointing."""
+    closing ones, observed beside the window's (with `past_template`) but never pointing;
+    asked: how many before them are the user's question (0: not known), whose queries say
+    where it points (with `point`)."""
 
     state: LazyState
     config: LazyConfig
@@ -104,6 +106,7 @@ class Step:
     phase: Phase
     ranker: Ranker
     tail: int = 0
+    asked: int = 0
     revivals: list[tuple[mx.array, int, mx.array]] = field(default_factory=list)
     running: list[mx.array] = field(default_factory=list)  # the evaluation still in flight
 
@@ -116,9 +119,20 @@ class Step:
         self.running = list(arrays)
 
     @property
+    def ranking(self) -> int:
+        """The last tokens whose queries rank: the config's window, and the template's tail."""
+        return ranking_queries(self.config, self.tail)
+
+    @property
+    def asking(self) -> int:
+        """The tokens whose queries say where the step points (before the tail): its question,
+        else the config's window; none without `point`."""
+        return asking_queries(self.config, self.asked)
+
+    @property
     def window(self) -> int:
-        """The last tokens whose queries score: the config's window, and the template's tail."""
-        return self.config.window + (self.tail if self.config.past_template else 0)
+        """The last tokens whose queries each layer keeps (observed_queries)."""
+        return observed_queries(self.config, self.tail, self.asked)
 
     def revive(self, positions: mx.array, depth: int) -> mx.array:
         """Note the tokens' entries before they resume; their Aux slots (their input now)."""
@@ -126,6 +140,22 @@ class Step:
         mx.eval(slots)
         self.revivals.append((positions, depth, slots))
         return slots
+
+
+def ranking_queries(config: LazyConfig, tail: int) -> int:
+    return config.window + (tail if config.past_template else 0)
+
+
+def asking_queries(config: LazyConfig, asked: int) -> int:
+    return (asked or config.window) if config.point else 0
+
+
+def observed_queries(config: LazyConfig, tail: int, asked: int) -> int:
+    """The last tokens of a step whose queries each layer keeps: those that rank (the window,
+    and the tail past the template) and, with `point`, those that point (the question, or the
+    window) with the tail after them."""
+    asking = asking_queries(config, asked)
+    return max(ranking_queries(config, tail), asking + tail if asking else 0)
 
 
 Progress = Callable[[int, int], None]
@@ -149,18 +179,19 @@ def prompt_step(
     progress: Progress | None = None,
     prune: bool = True,
     tail: int = 0,
+    asked: int = 0,
 ) -> PromptResult:
     """Run `tokens` over the context, pruning by the config; what it computed.
 
     prune: whether the step's own tokens are pruned; a short step runs whole but still revives
     the context tokens it needs. tail: how many of the tokens are the chat template's closing
-    ones (lazymlx/engine/templates.py). progress(done, total) is called as each layer's last chunk
+    ones, asked: how many before them the user's question (lazymlx/engine/templates.py). progress(done, total) is called as each layer's last chunk
     runs, `done` being the share of the step's tokens whose layers are done or running
     (layer-major, so it climbs by a layer's worth); it may raise to cancel. An interrupted step (Ctrl-C in a long prefill, a cancelled
     request) leaves the context as it was before it.
     """
     start = state.offset
-    step = Step(state, config, chunk, Phase(prune), Ranker(config, start), tail)
+    step = Step(state, config, chunk, Phase(prune), Ranker(config, start), tail, asked)
     try:
         logits = _layers(step, tokens, progress)
         revived = sum(positions.size for positions, _, _ in step.revivals)
@@ -235,7 +266,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
         own = carried.positions.size - carried.revived
         scale = block.self_attn.scale
         probs = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_probs(o, c, s))
-        scores = cache_once(lambda p=probs: attention_scores(p()))
+        scores = cache_once(lambda p=probs: attention_scores(p()[:, :, -step.ranking :]))
         cut = cut_own(step, layer, ratios[layer], firsts, scores, probs, own, sinks)
         backlog = waiting is not None and waiting[layer + 1] > 0
         if cut is None and not carried.revived and not backlog:
@@ -297,10 +328,11 @@ def _cut_here(
         return nothing
     row_positions = step.state[layer].row_positions()
     peak = attention_peak(probs())
-    peak = peak[: max(0, peak.shape[0] - (step.window - config.window))]  # the tail aside
-    asked_at = row_positions[-min(step.window, row_positions.size)] - policy.NEAR
-    eligible = (row_positions >= config.keep_first) & (row_positions < asked_at)
-    strength, best, rows = policy.pointing(peak, eligible)
+    end = max(0, peak.shape[0] - step.tail)  # the question's rows: the tail's aside
+    question = peak[max(0, end - step.asking) : end]
+    asked_at = row_positions[-min(step.tail + step.asking, row_positions.size)]
+    eligible = (row_positions >= config.keep_first) & (row_positions < asked_at - policy.NEAR)
+    strength, best, rows = policy.pointing(question, eligible)
     if not policy.first_cut(config, phase, strength, last_chance=layer == firsts[-1]):
         return None
     phase.cuts(layer)

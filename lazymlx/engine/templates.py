@@ -42,3 +42,46 @@ def template_tail(tokenizer: TokenizerWrapper, tokens: mx.array) -> int:
     if not tail or tokens.size < len(tail):
         return 0
     return len(tail) if tuple(tokens[-len(tail) :].tolist()) == tail else 0
+
+
+# A question is found among this many of the user's last tokens; a longer one is read by these.
+QUESTION_MOST = 96
+
+
+def special_ids(tokenizer: TokenizerWrapper) -> frozenset[int]:
+    """The tokenizer's special tokens (a chat template's markers among them: Qwen lists only
+    its end-of-text ones as `all_special_ids`), cached on the tokenizer."""
+    cached = getattr(tokenizer, "_lazymlx_special_ids", None)
+    if cached is None:
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        marked = {i for i, token in added.items() if getattr(token, "special", False)}
+        cached = frozenset(marked | set(getattr(tokenizer, "all_special_ids", ()) or ()))
+        tokenizer._lazymlx_special_ids = cached
+    return cached
+
+
+def question_length(tokenizer: TokenizerWrapper, tokens: mx.array, tail: int) -> int:
+    """How many of the prompt's last tokens before the template's `tail` are the user's question:
+    those after the last blank line, or after the last special token (a chat message's start),
+    among the last QUESTION_MOST; 0 where neither is there (a raw prompt that runs on).
+
+    A question pasted under a document follows a blank line or opens a message of its own, and
+    its words are what point at the document (lazymlx/engine/policy.py); the document's last
+    lines, which a fixed window would read instead, point at their own repeats."""
+    end = tokens.size - tail
+    ids = tokens[max(0, end - QUESTION_MOST) : end].tolist()
+    special = special_ids(tokenizer)
+    pieces = [tokenizer.decode([token]) for token in ids]
+    starts, text = [], ""
+    for piece in pieces:
+        starts.append(len(text))
+        text += piece
+    first = -1
+    blank = text.rfind("\n\n")
+    if blank >= 0:  # the first token that starts after the blank line
+        first = next((i for i, start in enumerate(starts) if start >= blank + 2), len(ids))
+    for i, token in enumerate(ids):
+        if token in special:  # a message opens: its role's line ("user\n") is no question
+            role = [j for j in range(i + 1, min(i + 9, len(ids))) if pieces[j].endswith("\n")]
+            first = max(first, role[0] + 1 if role else i + 1)
+    return len(ids) - first if 0 <= first < len(ids) else 0
