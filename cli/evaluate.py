@@ -93,7 +93,9 @@ EvalPresets = Annotated[
     str,
     typer.Option(
         "--lazy",
-        help="Presets to evaluate next to the baseline, comma-separated; none: stock alone.",
+        help="Presets to evaluate next to the baseline, comma-separated, or rules written as "
+        "calibrate's candidates ('mass0.8 1@24% 1@57% least0.25 point0.5 sparse'); none: stock "
+        "alone.",
     ),
 ]
 EvalCases = Annotated[

@@ -197,6 +197,20 @@ def test_eval_reports_answers_kept_per_family_length_and_mode(tiny_model_dir: Pa
     assert f"{free['agreed_tokens']:.1f} tok [" in table
 
 
+def test_eval_runs_a_rule_no_preset_ships_and_names_a_typo_a_preset(tiny_model_dir: Path, tmp_path):
+    """--lazy takes calibrate's grammar as well as preset names, so a user tries a rule on
+    their own cases before calibrating; a name with no "@" is an unknown preset."""
+    rule = "mass0.8 1@24% 1@57% least0.25 point0.5 sparse"
+    args = [
+        "eval", "-m", str(tiny_model_dir), "--families", "real-option", "--lengths", "1000",
+        "--cases", "1", "--baselines", str(tmp_path / "b.json"), "--output", "json",
+    ]  # fmt: skip
+    data = json.loads(invoke(*args, "--lazy", rule))
+    assert f"lazy:{rule}" in {row["mode"] for row in data["rows"]}
+    with pytest.raises(AssertionError, match="unknown lazy preset 'defualt'"):
+        invoke(*args, "--lazy", "defualt")
+
+
 def test_eval_resume_runs_only_what_the_journal_lacks(tiny_model_dir: Path, tmp_path, capsys):
     cache, journal = tmp_path / "baselines.json", tmp_path / "records.jsonl"
 

@@ -16,8 +16,9 @@ The decision, in the order a step meets it:
 - the count: a fixed share of the tokens, or under a mass rule the fewest holding `mass` of
   the attention, between the floor and the ceiling (`bounds`, `kept_count`); where that takes
   more than `dense` of them the attention is spread, and the step runs whole from there;
-- which: the highest-scoring tokens, the sinks and the last token, and at the first cut the
-  place the words point at with AROUND tokens either side (`pointed_rows`).
+- which: the highest-scoring tokens, the sinks and the last token, and at every cut of a
+  `point` rule the place the question points at there, with AROUND tokens either side
+  (`pointed_rows`).
 """
 
 from __future__ import annotations

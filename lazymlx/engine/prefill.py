@@ -316,16 +316,15 @@ def _cut_here(
     step: Step, layer: int, firsts: list[int], probs: Callable[[], mx.array], own: int
 ) -> mx.array | None:
     """Whether the step cuts its own tokens at this pruning layer (the policy's first cut, or a
-    later one), and if so the own tokens it keeps whatever their scores (a mask: the place its
-    words point at, with its neighbours; none kept so outside a first cut with `point`);
-    None where it does not cut here."""
+    later one), and if so the own tokens it keeps whatever their scores (a mask: with `point`,
+    the place its question points at there, with its neighbours); None where it does not cut
+    here."""
     config, phase = step.config, step.phase
     if not phase.prune or (layer in firsts) == phase.cut:
         return None  # runs whole, or between a first cut and the next scheduled one
-    nothing = mx.zeros((own,), mx.bool_)
     if not config.point:
         phase.cuts(layer)
-        return nothing
+        return mx.zeros((own,), mx.bool_)
     row_positions = step.state[layer].row_positions()
     peak = attention_peak(probs())
     end = max(0, peak.shape[0] - step.tail)  # the question's rows: the tail's aside
@@ -333,9 +332,10 @@ def _cut_here(
     asked_at = row_positions[-min(step.tail + step.asking, row_positions.size)]
     eligible = (row_positions >= config.keep_first) & (row_positions < asked_at - policy.NEAR)
     strength, best, rows = policy.pointing(question, eligible)
-    if not policy.first_cut(config, phase, strength, last_chance=layer == firsts[-1]):
+    first = not phase.cut
+    if first and not policy.first_cut(config, phase, strength, layer == firsts[-1]):
         return None
-    phase.cuts(layer)
+    phase.cuts(layer)  # every cut keeps the place the question points at
     return policy.pointed_rows(best, rows, config.point, row_positions)[-own:]
 
 

@@ -154,11 +154,14 @@ def candidate_config(
 
 def preset_or_candidate(name: str, model: str | None) -> LazyConfig:
     """A preset of the model's (resolve_preset), or else a rule in the candidates' grammar built
-    from its default and gentle rule as calibrate builds it, so a benchmark can time or replay a
-    rule no preset ships ("mass0.999 0.5@24% 0.3@57% sparse")."""
+    from its default and gentle rule as calibrate builds it, so a benchmark or an eval can time
+    or replay a rule no preset ships ("mass0.999 0.5@24% 0.3@57% sparse"). A name that is no
+    rule (it has no "@") is an unknown preset, and said so."""
     try:
         return resolve_preset(name, model)
     except LazymlxError:
+        if "@" not in name:
+            raise
         default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
         return candidate_config(default, name, gentle)
 

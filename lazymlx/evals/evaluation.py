@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lazymlx.evals.baselines import BaselineCache
+from lazymlx.evals.calibrate import preset_or_candidate
 from lazymlx.evals.outcome import strategy
 from lazymlx.evals.records import Record, case_key
 from lazymlx.evals.runner import case_strategies, evaluate, right_cases
@@ -49,7 +50,7 @@ def evaluate_model(
     (their answers cached in the same file), every open answer judged by stock; the records
     and a header. Options as `lazymlx eval` takes them (docs/usage.md); `progress` is told the
     runs ahead, then each as it starts."""
-    strategies = [strategy(name, model) for name in presets]
+    strategies = [strategy(name, model, preset_or_candidate) for name in presets]
     run = load_suite(model, families, split, lengths, cases, journal, resume, load)
     recorded = {case_key(r, r.mode): r for r in run.earlier}
     suite = run.cases

@@ -9,6 +9,7 @@ default runs whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +32,15 @@ class Strategy:
     config: LazyConfig | None
 
 
-def strategy(preset: str, model: str) -> Strategy:
+def strategy(
+    preset: str, model: str, resolve: Callable[[str, str], LazyConfig] = resolve_preset
+) -> Strategy:
     """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
     as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
-    keeping every token (what the wrapper and the compact caches cost)."""
+    keeping every token (what the wrapper and the compact caches cost). `resolve` turns any
+    other name into a config (an eval also takes calibrate's rules)."""
     mode = preset if preset in COMPARISONS else f"lazy:{preset}"
-    return Strategy(mode, None if preset == "off" else resolve_preset(preset, model))
+    return Strategy(mode, None if preset == "off" else resolve(preset, model))
 
 
 BASELINE_STRATEGY = Strategy(BASELINE, None)
