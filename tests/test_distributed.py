@@ -31,7 +31,7 @@ from mlx_lm.models.cache import save_prompt_cache
 from lazymlx import LazyConfig, LazyState, collectives, distributed
 from lazymlx.cli.app import main
 from lazymlx.contexts import Context, load_context, save_context
-from lazymlx.engine.blocks import attention_scores
+from lazymlx.engine.blocks import attention_probs, attention_scores
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.engine.presets import save_preset
@@ -92,12 +92,13 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch):
     """Two ranks, each holding half the heads, reduce to the scores one process ranks."""
     queries = mx.random.normal((1, 8, 3, 16), key=mx.random.key(1))
     keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
-    whole = attention_scores(queries, keys, 0.25)
+    whole = attention_scores(attention_probs(queries, keys, 0.25))
     sent = []
     monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2))
     monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
     for rank in range(2):  # rank r holds query heads 4r..4r+3 and KV heads 2r..2r+1
-        attention_scores(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25)  # fmt: skip
+        own = attention_probs(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25)  # fmt: skip
+        attention_scores(own)
     assert mx.allclose((sent[0] + sent[1]) / 8, whole, atol=1e-7).item()
 
 
