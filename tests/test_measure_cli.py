@@ -344,6 +344,42 @@ def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(tmp_path: Path, 
     assert not presets_file().exists()
 
 
+def _record(mode: str, right: bool, work: float, length: int = 1024) -> dict:
+    """One calibration record of a passkey case, as a journal holds it."""
+    return {
+        "family": "passkey", "split": "calibration", "length": length, "seed": 0, "kind": "raw",
+        "source": "filler", "depth": 0.5, "mode": mode, "prompt_tokens": length - 24,
+        "correct": right, "baseline_correct": True, "agreed_tokens": 0, "identical": right,
+        "ttft_s": 1.0, "baseline_ttft_s": 1.0, "compute_fraction": work, "step_fraction": work,
+        "generation_tps": 1.0, "peak_memory_gb": 1.0, "text": "", "tokens": [],
+    }  # fmt: skip
+
+
+def test_calibrate_prints_no_none_calls_no_whole_run_fast_and_puts_the_table_first(
+    tmp_path: Path,
+):
+    """A default whose gate ran every case whole meets the bar but buys nothing: it is chosen
+    (the model's default stays), the header says it ran whole, and it is not called `fast`;
+    nothing prints Python's None (an unfinished search's "stopped", a row's open group)."""
+    records = tmp_path / "records.jsonl"
+    rows = [_record("baseline", True, 1.0), _record("default", True, 1.0)]
+    records.write_text("\n".join(json.dumps(r) for r in rows))
+    printed = invoke("calibrate", "--records", str(records), "--no-save")
+    assert "None" not in printed
+    lines = printed.splitlines()
+    assert lines[0].startswith("| candidate")  # the table first, the header under it
+    said = dict(line.split(": ", 1) for line in lines if not line.startswith("|"))
+    assert said["chosen"] == "default" and "fast" not in said
+    assert said["chosen_work"].startswith("default ran every case here whole")
+    assert said["no_fast"].startswith("no candidate that prunes kept 90%")
+    data = json.loads(invoke("calibrate", "--records", str(records), "--no-save", "-o", "json"))
+    assert data["chosen"] == "default" and data["fast"] is None
+    pruning = [*rows, _record("0.5@24% 0.3@57%", True, 0.5)]
+    records.write_text("\n".join(json.dumps(r) for r in pruning))
+    data = json.loads(invoke("calibrate", "--records", str(records), "--no-save", "-o", "json"))
+    assert data["fast"] == "0.5@24% 0.3@57%" and "no_fast" not in data
+
+
 def test_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text('{"rows": []}')
