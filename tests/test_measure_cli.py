@@ -73,7 +73,19 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
 
 
 def test_bench_csv_and_table(tiny_model_dir: Path):
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "--lazy", "gentle", "-n", "2")
+    args = (
+        "bench",
+        "-m",
+        str(tiny_model_dir),
+        "-l",
+        "600",
+        "--lazy",
+        "gentle",
+        "-n",
+        "2",
+        "-r",
+        "1",
+    )
     rows = list(csv.DictReader(io.StringIO(invoke(*args, "--output", "csv"))))
     assert [r["mode"] for r in rows] == ["baseline", "lazy:gentle"]
     assert set(rows[0]) >= BENCH_ROW_KEYS
@@ -91,7 +103,7 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
     saved = saved_presets(str(tiny_model_dir))
     pruning = ["gentle", "fast", *(name for name, c in saved.items() if c.prunes)]
     whole = ["default", *(name for name, c in saved.items() if not c.prunes)]
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2")
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "-r", "1")
     data = json.loads(invoke(*args, "--output", "json"))
     assert [row["mode"] for row in data["rows"]] == ["baseline"] + [f"lazy:{n}" for n in pruning]
     them = "it runs" if len(whole) == 1 else "they run"
@@ -105,6 +117,13 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
     table = invoke(*args)
     assert "compares: stock mlx-lm beside every preset that prunes" in table
     assert "| pruned " in table and "| nothing " in table and "| yes " in table
+    # the table first; right under it, the presets that ran this length whole, by name
+    lines = table.splitlines()
+    assert lines[0].startswith("| mode ")
+    under = lines[next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    tokens = baseline["prompt_tokens"]
+    assert under.startswith(f"pruned nothing: at {tokens} tokens gentle ran the prompt whole")
+    assert data["pruned nothing"].startswith(f"at {tokens} tokens gentle ran")
 
 
 def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
@@ -112,7 +131,19 @@ def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tin
 
     assert strategy("off", str(tiny_model_dir)).config is None
     assert not strategy("keep-all", str(tiny_model_dir)).config.prunes
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "--lazy", "off,keep-all")
+    args = (
+        "bench",
+        "-m",
+        str(tiny_model_dir),
+        "-l",
+        "600",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--lazy",
+        "off,keep-all",
+    )
     data = json.loads(invoke(*args, "--output", "json"))
     assert data["presets"] == {
         "lazy:off": "stock mlx-lm",
