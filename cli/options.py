@@ -97,12 +97,17 @@ def one_model(name: str | None, model: str) -> str:
     return name or model
 
 
-def prompt_from_stdin() -> str:
+def check_stdin() -> None:
+    """Refuse input from stdin under mlx.launch, which never closes the ranks' stdin."""
     if in_group():
         raise LazymlxError(
             "under mlx.launch the prompt can't come from stdin or a terminal (mlx.launch never "
             "closes the ranks' stdin); pass it with -p TEXT"
         )
+
+
+def prompt_from_stdin() -> str:
+    check_stdin()
     return sys.stdin.read()
 
 

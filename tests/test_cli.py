@@ -432,6 +432,18 @@ def test_chat_reads_the_message_from_stdin_with_dash(tiny_model_dir: Path):
     assert result.stdout.strip()
 
 
+def test_piped_chat_input_is_read_a_line_at_a_time_with_its_commands(tiny_model_dir: Path):
+    """`printf 'question\\n/quit\\n' | lazymlx chat`: each line is what a terminal's input
+    line would send, a command obeyed, and /quit leaves (the line after it is never sent)."""
+    script = "the cat\n/set max_tokens 2\nthe dog\n/quit\nnever sent\n"
+    result = runner.invoke(app, ["chat", "-m", str(tiny_model_dir), "-n", "3", "-v"], input=script)
+    assert result.exit_code == 0, result.output
+    stats = [line for line in result.stderr.splitlines() if line.startswith("TTFT")]
+    assert len(stats) == 2 and "max_tokens 2" in result.stderr
+    assert " generation 3 tok" in stats[0] and " generation 2 tok" in stats[1]
+    assert "type a message" not in result.stderr  # no opening line for a script
+
+
 def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model_dir: Path):
     cache = tmp_path / "doc.safetensors"
     document = "a long document about cats and dogs " * 20
