@@ -257,6 +257,26 @@ def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, mon
     assert " GB" not in stats[0]  # "stopped" takes the memory figure's place, within 80 columns
 
 
+def test_ctrl_c_in_generate_ends_the_line_and_says_stopped(tiny_model_dir, monkeypatch):
+    """A cut answer's line is ended (the shell's prompt does not land after it) and stderr
+    says it was stopped, with the stats of what was answered; exit code 130, as for SIGINT."""
+    from lazymlx.cli import generate as generate_module
+
+    written = []
+    stop_at_third = interrupted_at(3)
+
+    def write_text(text):
+        written.append(text)
+        stop_at_third(text)
+
+    monkeypatch.setattr(generate_module, "write_text", write_text)
+    argv = ["generate", "-m", str(tiny_model_dir), "-p", "the cat", "--raw", "-n", "8"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 130
+    assert len(written) == 4 and written[-1] == "\n"  # two pieces, the cut one, the line's end
+    assert result.stderr.strip().endswith("tok/s, stopped")
+
+
 @pytest.mark.parametrize(
     ("argv", "message", "code"),
     [
