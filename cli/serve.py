@@ -24,8 +24,8 @@ def serve(
         int, typer.Option("--port", min=0, max=65535, help="0 picks a free one.")
     ] = 8080,
     lazy: options.Lazy = "default",
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", min=1, help="The most tokens one request may generate.")
+    max_tokens: Annotated[  # checked by the one request check, in the CLI's and server's words
+        int, typer.Option("--max-tokens", help="The most tokens one request may generate.")
     ] = 4096,
     max_request_mb: Annotated[
         float, typer.Option("--max-request-mb", min=0.001, help="The largest request body.")
@@ -44,6 +44,7 @@ def serve(
     from lazymlx.server import Limits, listen
     from lazymlx.server import serve as run_server
 
+    _check(max_tokens)
     join_parallel(parallel, model)
     options.lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
@@ -65,3 +66,11 @@ def serve(
             run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
         finally:
             llm.close()
+
+
+def _check(max_tokens: int) -> None:
+    """Refuse before anything loads: --max-tokens outside the one request check's limits (in
+    the words a request's max_tokens gets)."""
+    from lazymlx.sampling import check_value
+
+    check_value("max_tokens", max_tokens, "--max-tokens")

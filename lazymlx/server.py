@@ -41,7 +41,7 @@ from starlette.exceptions import HTTPException
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.llm import LLM, Stream
-from lazymlx.sampling import check_sampling
+from lazymlx.sampling import LIMITS, check_sampling
 
 log = logging.getLogger("lazymlx.server")
 
@@ -486,6 +486,10 @@ def _parsed(raw: bytes, schema: type[_Body], chat: bool) -> _Body:
     except ValidationError as bad:
         first = bad.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
+        limited = LIMITED_FIELDS.get(where)
+        if limited in LIMITS:  # a number of the wrong type: the CLI's words for its limits
+            message = f"{where} takes {LIMITS[limited].takes}; got {first['input']!r}"
+            raise Refusal(400, message, where) from None
         why = "unknown field; remove it" if first["type"] == "extra_forbidden" else first["msg"]
         raise Refusal(400, f"{where}: {why}", where) from None
     except ValueError as bad:  # not JSON, or not UTF-8

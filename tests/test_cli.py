@@ -316,6 +316,9 @@ def test_ctrl_c_in_generate_ends_the_line_and_says_stopped(tiny_model_dir, monke
         (["eval", "--families", "trivia"], "unknown task family 'trivia'; choose from: all", 1),
         (["calibrate", "--per-length", "2"], "Invalid value for '--per-length'", 2),
         (["eval", "--split", "test"], "unknown split 'test'", 1),
+        (["generate", "--verbose", "False", "-p", "hi"], "got 'False' where the model goes", 1),
+        (["chat", "-v", "false", "-p", "hi"], "lazymlx's flags take no value", 1),
+        (["serve", "--max-tokens", "0"], "--max-tokens takes a whole number >= 1; got 0", 1),
     ],
 )
 def test_errors_are_one_line_without_traceback(capsys, argv, message, code):

@@ -223,6 +223,21 @@ def test_a_client_gone_mid_stream_frees_the_generation_thread(server, client):
         ),
         (b'{"messages": [{"role": "user", "content": "bad \\udcff"}]}', 400, "UTF-8"),
         (b'{"messages": [{"role": "user", "content": "hi"}], "seed": -1}', 400, "seed"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}',
+            400,
+            "max_tokens takes a whole number >= 1; got 0",  # the CLI's words for -n 0
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}',
+            400,
+            "max_tokens takes a whole number >= 1; got 'many'",  # not Pydantic's
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "top_p": "x"}',
+            400,
+            "top_p takes a number above 0, at most 1 (1: every token); got 'x'",
+        ),
         (b"\xff\xfe{}", 400, "not valid JSON"),
         (
             b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]}',
