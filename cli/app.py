@@ -45,7 +45,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings=HELP_OPTIONS,
 )
-models_app = typer.Typer(help="List and pull models.", context_settings=HELP_OPTIONS)
+models_app = typer.Typer(help="List, pull and remove models.", context_settings=HELP_OPTIONS)
 app.add_typer(models_app, name="models")
 app.command()(bench.bench)
 app.command("eval")(evaluate.evaluate)
@@ -57,6 +57,7 @@ models_app.command("list")(models_command.models_list)
 models_app.command("pull")(models_command.models_pull)
 
 
+models_app.command("rm")(models_command.models_rm)
 def _version(value: bool) -> None:
     if value:
         from lazymlx import __version__

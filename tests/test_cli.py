@@ -447,6 +447,34 @@ def test_models_list_is_readable_at_80_columns_and_piped(tmp_path: Path, columns
     assert "".join(line.split()[0] for line in lines[first:caption]) == long_name
 
 
+def test_models_rm_frees_a_models_files_and_nothing_outside_the_cache(
+    tmp_path: Path, monkeypatch, capsys
+):
+    from lazymlx.models.registry import MODELS_DIR_ENV
+
+    root, outside = tmp_path / "models", tmp_path / "elsewhere"
+    for folder in (root / "smollm2-135m-fp32", root / "other-model", outside):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    (root / "smollm2-135m.gguf").write_bytes(b"x" * 1000)
+    (root / "judge").mkdir()  # the judge's scores: not a model
+    (root / "qwen2.5-coder-0.5b-fp32").symlink_to(outside)  # a link: unlinked, not followed
+    monkeypatch.setenv(MODELS_DIR_ENV, str(root))
+    code, _, err = run_main(capsys, "models", "rm", "smollm2-135m")
+    assert code == 0 and "removed " in err and "freed 0.00 GB" in err
+    assert sorted(p.name for p in root.iterdir()) == [
+        "judge", "other-model", "qwen2.5-coder-0.5b-fp32"
+    ]  # fmt: skip
+    assert run_main(capsys, "models", "rm", "qwen2.5-coder-0.5b")[0] == 0
+    assert (outside / "config.json").exists() and not (root / "qwen2.5-coder-0.5b-fp32").exists()
+    for name in ("judge", "../elsewhere", "smollm2-135m", str(outside)):
+        code, _, err = run_main(capsys, "models", "rm", name)
+        assert code == 1 and err.startswith(f"error: no model {name!r} in {root}")
+        assert "other-model" in err and len(err.strip().splitlines()) == 1
+    assert run_main(capsys, "models", "rm", "other-model")[0] == 0
+    assert sorted(p.name for p in root.iterdir()) == ["judge"] and outside.exists()
+
+
 def test_chat_reads_the_message_from_stdin_with_dash(tiny_model_dir: Path):
     result = runner.invoke(
         app, ["chat", "-m", str(tiny_model_dir), "-p", "-", "-n", "3"], input="hello there\n"
