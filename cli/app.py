@@ -18,6 +18,7 @@ from lazymlx.cli import (
     chat_command,
     evaluate,
     generate,
+    harness,
     models_command,
     serve,
 )
@@ -49,15 +50,16 @@ models_app = typer.Typer(help="List, pull and remove models.", context_settings=
 app.add_typer(models_app, name="models")
 app.command()(bench.bench)
 app.command("eval")(evaluate.evaluate)
+app.command("evaluate")(harness.evaluate)
 app.command()(calibrate_command.calibrate)
 app.command()(chat_command.chat)
 app.command()(generate.generate)
 app.command()(serve.serve)
 models_app.command("list")(models_command.models_list)
 models_app.command("pull")(models_command.models_pull)
-
-
 models_app.command("rm")(models_command.models_rm)
+
+
 def _version(value: bool) -> None:
     if value:
         from lazymlx import __version__
