@@ -11,11 +11,12 @@ make theirs here; its essay haystacks (niah_single_2 ...) and QA tasks download 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import random
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,16 +67,23 @@ def _lm_eval():
     return lm_eval
 
 
-@contextmanager
+@contextlib.contextmanager
 def quiet_offline(download: bool) -> Iterator[None]:
-    """The harness's run without its log lines and progress bars (lazymlx prints its own), and,
-    unless `download`, with the hub and datasets offline: the environment variables for code
-    that reads them late, and the flags the libraries already imported read them into. RULER's
-    module asks nltk for a sentence splitter at import, which only its essay tasks use: that
-    download is skipped too."""
-    saved = {name: os.environ.get(name) for name in (*OFFLINE_ENV, "TQDM_DISABLE")}
-    os.environ["TQDM_DISABLE"] = "1"
-    patched: list[tuple[Any, str, Any]] = []
+    """The harness's run without its log lines and progress bars (lazymlx prints its own; tqdm
+    was imported before, so its TQDM_DISABLE is read too late), and, unless `download`, with
+    the hub and datasets offline: the environment variables for code that reads them late, and
+    the flags the libraries already imported read them into. RULER's module asks nltk for a
+    sentence splitter at import, which only its essay tasks use: that download is skipped too."""
+    import tqdm
+
+    saved = {name: os.environ.get(name) for name in OFFLINE_ENV}
+    bar = tqdm.std.tqdm.__init__
+
+    def no_bar(self, *args, **kwargs) -> None:
+        bar(self, *args, **(kwargs | {"disable": True}))
+
+    patched: list[tuple[Any, str, Any]] = [(tqdm.std.tqdm, "__init__", bar)]
+    tqdm.std.tqdm.__init__ = no_bar
     if not download:
         os.environ.update(dict.fromkeys(OFFLINE_ENV, "1"))
         import datasets.config
@@ -125,9 +133,10 @@ def load_tasks(run: HarnessRun, tokenizer: Path) -> dict:
     if run.lengths:
         metadata["max_seq_lengths"] = run.lengths
     random.seed(run.seed)
-    try:
-        manager = TaskManager(include_path=run.include_path, metadata=metadata)
-        loaded = manager.load(run.tasks)
+    try:  # RULER prints "Downloaded punkt_tab" on stdout, the table's, whatever happened
+        with contextlib.redirect_stdout(io.StringIO()):
+            manager = TaskManager(include_path=run.include_path, metadata=metadata)
+            loaded = manager.load(run.tasks)
     except KeyError as error:
         raise LazymlxError(
             f"unknown task: {error.args[0]}; RULER's offline ones: {', '.join(OFFLINE_TASKS)}"
