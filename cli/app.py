@@ -18,6 +18,7 @@ from lazymlx.cli import (
     chat_command,
     evaluate,
     generate,
+    harness,
     models_command,
     serve,
 )
@@ -45,16 +46,18 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings=HELP_OPTIONS,
 )
-models_app = typer.Typer(help="List and pull models.", context_settings=HELP_OPTIONS)
+models_app = typer.Typer(help="List, pull and remove models.", context_settings=HELP_OPTIONS)
 app.add_typer(models_app, name="models")
 app.command()(bench.bench)
 app.command("eval")(evaluate.evaluate)
+app.command("evaluate")(harness.evaluate)
 app.command()(calibrate_command.calibrate)
 app.command()(chat_command.chat)
 app.command()(generate.generate)
 app.command()(serve.serve)
 models_app.command("list")(models_command.models_list)
 models_app.command("pull")(models_command.models_pull)
+models_app.command("rm")(models_command.models_rm)
 
 
 def _version(value: bool) -> None:

@@ -82,8 +82,11 @@ def bench(
         int, typer.Option("--gen-len", "-n", min=1, help="Tokens to generate.")
     ] = 128,
     repeats: Annotated[
-        int, typer.Option("--repeats", "-r", min=1, help="Timed runs per row, after one warm-up.")
-    ] = 1,
+        int,
+        typer.Option(
+            "--repeats", "-r", min=1, help="Timed runs per row, after one warm-up (mean ± std)."
+        ),
+    ] = 3,
     prompt: Annotated[
         str,
         typer.Option(
@@ -122,7 +125,7 @@ def bench(
             loaded, tokenizer, lengths, strategies, prompt, gen_len, repeats, on_run=advance,
             where=where,
         )  # fmt: skip
-    head = run_header(
+    head = pruned_nothing(rows) | run_header(
         model, presets, compares=compares, prompt=prompt, gen_len=gen_len, repeats=repeats,
         warmup="1 per mode, at the timed length", **_parallel_note(parallel, ranks),
     )  # fmt: skip
@@ -131,6 +134,25 @@ def bench(
         rows = [{key: row.get(key) for key, _, _ in WORKLOAD_COLUMNS} | row for row in rows]
         columns = WORKLOAD_COLUMNS
     emit(output, head, against_one_process(rows, ranks), columns)
+
+
+def pruned_nothing(rows: list[dict]) -> dict:
+    """The line under the table where a preset ran a length's prompt whole (its gate, its
+    floor, a mass rule that found no few tokens holding the attention): its row is stock's
+    work, so its speedup there is noise, and a reader should not have to find that out from
+    the `pruned` column."""
+    whole: dict[int, list[str]] = {}
+    for row in rows:  # keep-all runs every prompt whole by design: the wrapper's cost
+        if row.get("pruned") is False and row["mode"] != "lazy:keep-all":
+            whole.setdefault(row["prompt_tokens"], []).append(row["mode"].removeprefix("lazy:"))
+    if not whole:
+        return {}
+    said = "; ".join(
+        f"at {tokens} tokens {', '.join(modes)} ran the prompt whole (stock's work: "
+        f"{'its' if len(modes) == 1 else 'their'} speedup is noise)"
+        for tokens, modes in whole.items()
+    )
+    return {"pruned nothing": said}
 
 
 def _bench_presets(lazy: str | None, model: str) -> tuple[list[str], str]:
@@ -146,7 +168,7 @@ def _bench_presets(lazy: str | None, model: str) -> tuple[list[str], str]:
     compares = (
         f"stock mlx-lm beside every preset that prunes on {model} ({', '.join(pruning)}), "
         "to show what each saves"
-    )
+    )  # at some lengths: under its gate or floor a preset runs whole (`pruned nothing`)
     if whole:
         them = "it runs" if len(whole) == 1 else "they run"
         compares += f"; left out: {', '.join(whole)} ({them} every prompt whole: stock's work)"

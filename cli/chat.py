@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -259,6 +260,15 @@ def run_command(session: ChatSession, command: str, files: ChatFiles | None = No
     return True
 
 
+def stdin_lines(_prompt: str) -> str:
+    """A line of piped input, as a terminal's input line gives it (no prompt echoed into the
+    output); EOFError at its end, as Ctrl-D."""
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.removesuffix("\n")
+
+
 def repl(
     session: ChatSession,
     read_line: ReadLine = input,
@@ -267,18 +277,25 @@ def repl(
     quiet: bool = False,
     verbose: bool = False,
     note: str | None = None,
+    piped: bool = False,
 ) -> None:
     """The interactive chat; one dim line opens it: `title` (model, preset, device), then hints;
-    `note` (what calibrating costs, the first time a model runs uncalibrated) under it."""
-    hints = "type a message, /help for commands, /bye to leave"
-    err.print(f"{title} · {hints}" if title else hints, style="dim", markup=False, soft_wrap=True)
-    if note:
+    `note` (what calibrating costs, the first time a model runs uncalibrated) under it. `piped`:
+    the input is a script (`printf 'question\\n/bye\\n' | lazymlx chat`), read as typed, each
+    line a message or a command; no opening line, and its end ends the chat quietly."""
+    if not piped:
+        hints = "type a message, /help for commands, /bye to leave"
+        err.print(
+            f"{title} · {hints}" if title else hints, style="dim", markup=False, soft_wrap=True
+        )
+    if note and not piped:
         err.print(note, style="dim", markup=False, soft_wrap=True)
     while True:
         try:
             message, is_command = read_message(read_line)
         except EOFError:
-            write_text("\n")
+            if not piped:
+                write_text("\n")
             return
         except KeyboardInterrupt:
             err.print("\n[dim]use /bye or Ctrl-D to leave[/]")

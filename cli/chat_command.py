@@ -37,7 +37,9 @@ def chat(
     verbose: options.Verbose = False,
     parallel: Parallel = "tensor",
 ) -> None:
-    """Chat with a model in the terminal (one-shot when stdin is not a terminal or with -p)."""
+    """Chat with a model in the terminal. Piped input is read as typed input, a line a message
+    (/ commands honoured, \"\"\" for several lines); -p answers one message (-p - reads all of
+    stdin as one) and exits."""
     model = options.one_model(name, model)
     sampling = options.sampling_flags(
         temp, top_p, top_k, min_p, repetition_penalty, seed, max_tokens
@@ -58,6 +60,13 @@ def chat(
     options.apply_seed(seed)
     session = ChatSession(*loaded, system=system, lazy=config, max_tokens=max_tokens, **sampling)
     files = ChatFiles(session, model, lazy, prompt_cache_file, complete=not no_complete)
+    if prompt is None and not sys.stdin.isatty():
+        from lazymlx.cli.chat import repl, stdin_lines
+
+        if not quiet:
+            say_note(note)
+        repl(session, read_line=stdin_lines, files=files, quiet=quiet, verbose=verbose, piped=True)
+        return
     if prompt is None:
         _chat_in_terminal(session, files, f"{model} · preset {lazy}", note, first, quiet, verbose)
         return
@@ -68,9 +77,11 @@ def chat(
 
 
 def _one_message(prompt: str | None, model: str) -> str | None:
-    """The one message to answer (-p, or stdin when it is not a terminal), or None for a chat
-    in the terminal; an empty one, or a chat with a base model, is refused."""
-    if prompt == "-" or (prompt is None and not sys.stdin.isatty()):
+    """The one message to answer (-p; -p -: all of stdin), or None for a chat, typed or piped
+    a line at a time; an empty one, or a chat with a base model, is refused."""
+    if prompt is None and not sys.stdin.isatty():
+        options.check_stdin()  # under mlx.launch stdin never ends: refused before loading
+    if prompt == "-":
         prompt = options.prompt_from_stdin()
     if prompt is not None and not prompt.strip():
         raise LazymlxError("the message is empty; pass text with -p or on stdin")

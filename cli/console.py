@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -30,7 +31,8 @@ PROGRESS_MIN_TOKENS = 512  # a shorter prompt is computed before a bar could be 
 
 
 def error_line(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    """One `error:` line; the message is plain text (a `[eval]` in it is no markup)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
 
 def follow_rank_zero(rank: int) -> None:
@@ -43,7 +45,7 @@ def follow_rank_zero(rank: int) -> None:
 def rank_error_line(message: str) -> None:
     """An error of this rank alone (lazymlx.errors.RankError), printed on any rank."""
     Console(file=sys.__stderr__, highlight=False).print(
-        f"[bold red]error:[/] {message}", markup=True, soft_wrap=True
+        f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True
     )
 
 

@@ -82,10 +82,13 @@ def generate(
     options.apply_seed(seed)
     tokens = _prompt_tokens(tokenizer, prompt, system, raw)
     context = _generate_context(loaded_model, model, config, tokens, prompt_cache_file, readonly)
-    text, last = _stream_answer(
+    text, last, stopped = _stream_answer(
         loaded_model, tokenizer, context, tokens, quiet, as_json,
         max_tokens=max_tokens, lazy=config, **sampling,
     )  # fmt: skip
+    if stopped:  # Ctrl-C: the line ended, a note, and nothing saved
+        _stopped_answer(last, quiet, verbose, as_json)
+        raise typer.Exit(130)
     _finish_answer(_json_result(model, lazy, text, last) if as_json else None, last, quiet, verbose)
     if prompt_cache_file and not readonly:  # after the answer: completing takes a while
         save_context(prompt_cache_file, context, model, lazy, complete=not no_complete)
@@ -136,20 +139,37 @@ def _generate_context(model, name: str, config, tokens: list[int], path, readonl
 
 def _stream_answer(model, tokenizer, context, tokens, quiet: bool, as_json: bool, **generation):
     """One turn over the context, after a progress bar while the prompt is computed (unless
-    quiet), the text written as it comes (unless as_json); the whole text and the last
-    response."""
+    quiet), the text written as it comes (unless as_json); the whole text, the last response
+    and whether Ctrl-C stopped it."""
     from lazymlx.turn import run_turn
 
     text, last = [], None
-    with PromptProgress(show=not quiet) as progress:
-        for last in run_turn(
-            model, tokenizer, context, tokens, prompt_progress_callback=progress, **generation
-        ):
-            progress.close()  # the first token: the bar gives way to the answer
-            text.append(last.text)
-            if not as_json:
-                write_text(last.text)
-    return "".join(text), last
+    try:
+        with PromptProgress(show=not quiet) as progress:
+            for last in run_turn(
+                model, tokenizer, context, tokens, prompt_progress_callback=progress, **generation
+            ):
+                progress.close()  # the first token: the bar gives way to the answer
+                text.append(last.text)
+                if not as_json:
+                    write_text(last.text)
+    except KeyboardInterrupt:
+        return "".join(text), last, True
+    return "".join(text), last, False
+
+
+def _stopped_answer(last, quiet: bool, verbose: bool, as_json: bool) -> None:
+    """After Ctrl-C: the cut line ended, then the chat's note on stderr, the stats of what was
+    answered marked stopped (`TTFT 2.4 s · 541 tok · 14 tok/s, stopped`), or `answer stopped`
+    where nothing was (stopped in the prompt step) or quiet asked for no stats."""
+    from lazymlx.cli.chat import stats_line
+
+    if last is not None and not as_json:
+        write_text("\n")
+    if quiet or last is None or as_json:
+        err.print("[dim]answer stopped[/]")
+    else:
+        err.print(stats_line(last, verbose, stopped=True), style="dim", soft_wrap=True)
 
 
 def _finish_answer(result: dict | None, last, quiet: bool, verbose: bool) -> None:

@@ -1,5 +1,5 @@
-"""`lazymlx models list` and `lazymlx models pull`: what the registry and the cache hold, and
-a model fetched (and converted where needed) ahead of its first use."""
+"""`lazymlx models list`, `pull` and `rm`: what the registry and the cache hold, a model fetched
+(and converted where needed) ahead of its first use, and one removed from the cache."""
 
 from __future__ import annotations
 
@@ -85,3 +85,25 @@ def models_pull(
     with conversion_progress() as progress:
         path = resolve(name, progress=progress)
     err.print(f"[green]ready:[/] {name} at {path}", soft_wrap=True)
+
+
+def models_rm(
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME",
+            help="A name `lazymlx models list` shows: a registry model (its GGUF and "
+            "conversions) or another converted model.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Remove a model from lazymlx's cache (a registry model's pulled GGUF and its conversions,
+    or another converted model's folder) to free the disk; `models pull` gets it back."""
+    from lazymlx.models.registry import remove_cached
+
+    removed = remove_cached(name)
+    freed = sum(size for _, size in removed)
+    for path, _ in removed:
+        err.print(f"removed {path}", soft_wrap=True, markup=False)
+    err.print(f"[green]freed[/] {freed / 1e9:.2f} GB", soft_wrap=True)

@@ -90,19 +90,35 @@ def lazy_config(preset: str, model: str) -> LazyConfig | None:
     return distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
 
 
+# what lands in the MODEL argument when a flag is given a value, as mlx-lm's `--verbose False`
+FLAG_VALUES = ("true", "false", "yes", "no", "on", "off", "0", "1")
+
+
 def one_model(name: str | None, model: str) -> str:
-    """The model named first (`lazymlx chat MODEL`) or with -m; both must agree."""
+    """The model named first (`lazymlx chat MODEL`) or with -m; both must agree. A flag's value
+    there (mlx-lm's habit `--verbose False`) is said as such, not as an unknown model."""
+    if name is not None and name.lower() in FLAG_VALUES:
+        raise LazymlxError(
+            f"got {name!r} where the model goes: lazymlx's flags take no value (mlx-lm's "
+            "`--verbose False` is the default here: the text on stdout, one stats line on "
+            "stderr); -q / --quiet drops the stats line, -v / --verbose spells it out"
+        )
     if name is not None and model not in (DEFAULT_MODEL, name):
         raise LazymlxError(f"two models named: {name} and -m {model}; give one")
     return name or model
 
 
-def prompt_from_stdin() -> str:
+def check_stdin() -> None:
+    """Refuse input from stdin under mlx.launch, which never closes the ranks' stdin."""
     if in_group():
         raise LazymlxError(
             "under mlx.launch the prompt can't come from stdin or a terminal (mlx.launch never "
             "closes the ranks' stdin); pass it with -p TEXT"
         )
+
+
+def prompt_from_stdin() -> str:
+    check_stdin()
     return sys.stdin.read()
 
 

@@ -1,7 +1,9 @@
 """Benchmark, eval and calibration results as a table (markdown-shaped), JSON or CSV on stdout.
 
 The md table is a rich table drawn with markdown borders: readable in a terminal and pasteable
-into a README as it is. JSON is one object (header keys, then "rows" and any extra lists).
+into a README as it is, with the run's header (device, versions, presets...) under it, where it
+does not push the table off the first screen. JSON is one object (header keys, then "rows" and
+any extra lists).
 """
 
 from __future__ import annotations
@@ -69,15 +71,11 @@ def emit(
         writer.writeheader()
         writer.writerows(rows)
     else:
-        for key, value in head.items():
-            for line in value.items() if isinstance(value, dict) else [value]:
-                shown = f"{line[0]}: {line[1]}" if isinstance(line, tuple) else line
-                out.print(f"{key}: {shown}", soft_wrap=True)
         table = Table(box=box.MARKDOWN, show_edge=True)
         for _, heading, _ in columns:
             table.add_column(heading, no_wrap=True)
         for row in rows:
-            table.add_row(*(show(row[key]) for key, _, show in columns))
+            table.add_row(*(cell(row[key], show) for key, _, show in columns))
         # a file or a pipe: nothing limits the width, so keep every cell whole
         width = None
         if not out.is_terminal:
@@ -87,6 +85,23 @@ def emit(
         # a markdown box draws its top and bottom edges as lines of spaces: leave them out
         lines = [line.rstrip() for line in text.getvalue().splitlines() if line.strip()]
         out.file.write("\n".join(lines) + "\n")
+        _head_lines(head)
+
+
+def cell(value: Any, show: Callable[[Any], str]) -> str:
+    """A table cell: `show`'s text, or — where there is no value (never Python's None)."""
+    return "—" if value is None else show(value)
+
+
+def _head_lines(head: dict) -> None:
+    """The run's header under the table (the table is what a reader came for): one `key:
+    value` line each, a dict's entries one a line, keys without a value left out."""
+    for key, value in head.items():
+        for line in value.items() if isinstance(value, dict) else [value]:
+            if line is None or isinstance(line, tuple) and line[1] is None:
+                continue
+            shown = f"{line[0]}: {line[1]}" if isinstance(line, tuple) else line
+            out.print(f"{key}: {shown}", soft_wrap=True)
 
 
 def _plain_lines(total: int) -> Callable[[str], None]:

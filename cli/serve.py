@@ -12,7 +12,21 @@ from lazymlx.cli import options
 from lazymlx.cli.console import err
 from lazymlx.cli.loading import Parallel, join_parallel, load_model
 from lazymlx.cli.notes import told
+from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import DEFAULT_MODEL
+
+API_KEY_ENV = "LAZYMLX_API_KEY"
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_envvar=True,
+        help="Answer only requests that send this key (Authorization: Bearer KEY, the "
+        "openai client's api_key); the others get 401.",
+        show_default=False,
+    ),
+]
 
 
 def serve(
@@ -24,8 +38,8 @@ def serve(
         int, typer.Option("--port", min=0, max=65535, help="0 picks a free one.")
     ] = 8080,
     lazy: options.Lazy = "default",
-    max_tokens: Annotated[
-        int, typer.Option("--max-tokens", min=1, help="The most tokens one request may generate.")
+    max_tokens: Annotated[  # checked by the one request check, in the CLI's and server's words
+        int, typer.Option("--max-tokens", help="The most tokens one request may generate.")
     ] = 4096,
     max_request_mb: Annotated[
         float, typer.Option("--max-request-mb", min=0.001, help="The largest request body.")
@@ -36,14 +50,16 @@ def serve(
             "--context-gb", min=0.0, help="Memory kept for reusing conversations' context."
         ),
     ] = 2.0,
+    api_key: ApiKey = None,
     parallel: Parallel = "tensor",
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from lazymlx.collectives import on_leader
     from lazymlx.llm import LLM
-    from lazymlx.server import Limits, listen
+    from lazymlx.server import Limits, exposure_warning, listen
     from lazymlx.server import serve as run_server
 
+    _check(max_tokens, api_key)
     join_parallel(parallel, model)
     options.lazy_config(lazy, model)  # an unknown preset fails here, before the model loads
     sock = on_leader(listen, host, port)  # and so does a busy port; rank 0 of a group serves HTTP
@@ -61,7 +77,21 @@ def serve(
         address = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         where = f"http://{address}:{sock.getsockname()[1]}/v1"  # the port given, or the one picked
         err.print(f"serving {model} at {where} (OpenAI-compatible; Ctrl-C stops)", soft_wrap=True)
+        if warning := exposure_warning(sock.getsockname()[0], api_key):
+            err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
         try:
-            run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)))
+            run_server(llm, sock, Limits(max_tokens, int(max_request_mb * 1e6)), api_key)
         finally:
             llm.close()
+
+
+def _check(max_tokens: int, api_key: str | None) -> None:
+    """Refuse before anything loads: --max-tokens outside the one request check's limits (in
+    the words a request's max_tokens gets), an empty key."""
+    from lazymlx.sampling import check_value
+
+    check_value("max_tokens", max_tokens, "--max-tokens")
+    if api_key is not None and not api_key.strip():
+        raise LazymlxError(
+            f"the API key is empty (--api-key or {API_KEY_ENV}); give one or leave it out"
+        )

@@ -7,6 +7,7 @@ request, freeing the thread. A conversation's next request reuses the kept conte
 previous one (the LLM's context pool), and `usage` says how many prompt tokens were cached, with
 the TTFT. The pruning preset is the LLM's default or the request's own "lazy" field.
 
+With an API key (`--api-key`, LAZYMLX_API_KEY) every endpoint asks for it, as OpenAI's does.
 Every OpenAI request field is either done (sampling, penalties, logit bias, logprobs, stop, ...)
 or refused with a 400 naming it; a field's no-op value (n=1, tools=[]) is accepted. Every error
 reply is OpenAI's error object. Each request gets one log line when it ends; while a request
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -41,7 +44,7 @@ from starlette.exceptions import HTTPException
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import Response
 from lazymlx.llm import LLM, Stream
-from lazymlx.sampling import check_sampling
+from lazymlx.sampling import LIMITS, check_sampling
 
 log = logging.getLogger("lazymlx.server")
 
@@ -406,13 +409,16 @@ class _Request:
         log.info("%s", " · ".join(parts))
 
 
-def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
-    """The server for `llm`; requests that name no "lazy" preset get the LLM's."""
+def create_app(llm: LLM, limits: Limits | None = None, api_key: str | None = None) -> FastAPI:
+    """The server for `llm`; requests that name no "lazy" preset get the LLM's. With `api_key`
+    every endpoint asks for it (`Authorization: Bearer KEY`, as OpenAI's clients send it)."""
     routes = _Routes(llm, limits or Limits())
     app = FastAPI(title="lazymlx", description="OpenAI-compatible API over lazymlx")
     app.add_exception_handler(Refusal, _refused)
     app.add_exception_handler(HTTPException, _not_routed)
     app.add_exception_handler(Exception, _failed)
+    if api_key is not None:
+        app.middleware("http")(_key_check(api_key))
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -435,6 +441,46 @@ def create_app(llm: LLM, limits: Limits | None = None) -> FastAPI:
         return await routes.completions(request)
 
     return app
+
+
+def _key_check(api_key: str):
+    """The middleware that answers 401 in OpenAI's shape (`invalid_api_key`, as OpenAI's own
+    API does, so clients raise AuthenticationError) to a request without the key. The key is
+    compared in constant time (hmac.compare_digest), so the reply's timing says nothing of how
+    much of a guess was right."""
+    expected = api_key.encode()
+
+    async def check(request: Request, call_next):
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected):
+            return await call_next(request)
+        said = "no API key" if not given else "a wrong API key"
+        message = (
+            f"{said}: this server asks for its key as `Authorization: Bearer KEY` "
+            "(the openai client's api_key)"
+        )
+        log.info("%s %s 401 · %s", request.method, request.url.path, said)
+        return error(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+def exposure_warning(address: str, api_key: str | None) -> str | None:
+    """The warning a server listening beyond this machine with no key gets at start (None: it
+    listens on loopback only, or asks for a key)."""
+    if api_key is not None:
+        return None
+    try:
+        loopback = ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        loopback = address == "localhost"
+    if loopback:
+        return None
+    return (
+        f"listening on {address} with no API key: anyone who can reach this port can use the "
+        "model; set one with --api-key KEY or LAZYMLX_API_KEY"
+    )
 
 
 async def _refused(request: Request, refusal: Refusal) -> JSONResponse:
@@ -486,6 +532,10 @@ def _parsed(raw: bytes, schema: type[_Body], chat: bool) -> _Body:
     except ValidationError as bad:
         first = bad.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
+        limited = LIMITED_FIELDS.get(where)
+        if limited in LIMITS:  # a number of the wrong type: the CLI's words for its limits
+            message = f"{where} takes {LIMITS[limited].takes}; got {first['input']!r}"
+            raise Refusal(400, message, where) from None
         why = "unknown field; remove it" if first["type"] == "extra_forbidden" else first["msg"]
         raise Refusal(400, f"{where}: {why}", where) from None
     except ValueError as bad:  # not JSON, or not UTF-8
@@ -713,13 +763,14 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(llm: LLM, sock: socket.socket, limits: Limits) -> None:
-    """Serve on a socket from `listen`, logging each request (and waits) to stderr."""
+def serve(llm: LLM, sock: socket.socket, limits: Limits, api_key: str | None = None) -> None:
+    """Serve on a socket from `listen`, logging each request (and waits) to stderr; with
+    `api_key`, to clients that send it only."""
     import uvicorn
 
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    config = uvicorn.Config(create_app(llm, limits), log_level="warning")
+    config = uvicorn.Config(create_app(llm, limits, api_key), log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])

@@ -167,5 +167,47 @@ def local_models() -> list[Path]:
     )
 
 
+def cached_files(name: str) -> list[Path]:
+    """What the models directory holds under a name `lazymlx models list` shows: a registry
+    model's pulled GGUF and its conversions (fp32 and quantized), or another converted model's
+    directory (by its folder's name). Only entries directly in the directory, so no name (a
+    path, `..`) reaches outside it."""
+    root = models_dir()
+    if name in REGISTRY:
+        found = [root / f"{name}-{variant}" for variant in ("fp32", "quantized")]
+        found.append(root / f"{name}.gguf")
+        return [path for path in found if path.exists() or path.is_symlink()]
+    return [path for path in local_models() if path.name == name]
+
+
+def remove_cached(name: str) -> list[tuple[Path, int]]:
+    """Delete what the models directory holds under `name` (cached_files), each with the bytes
+    it freed; a link (a test's, a user's) is unlinked, never followed. An unknown name, or
+    one with nothing cached, is refused."""
+    paths = cached_files(name)
+    if not paths:
+        known = [path.name for path in local_models()] + [n for n in REGISTRY if cached_files(n)]
+        raise LazymlxError(
+            f"no model {name!r} in {models_dir()}; `lazymlx models list` shows what is there"
+            + (f" ({', '.join(sorted(set(known)))})" if known else " (nothing)")
+        )
+    root = models_dir().resolve()
+    removed = []
+    for path in paths:
+        if path.is_symlink():
+            path.unlink()
+            removed.append((path, 0))
+            continue
+        if path.resolve().parent != root:  # cached_files names only the directory's entries
+            raise LazymlxError(f"{path} is outside {root}; not removing it")
+        size = directory_size(path) if path.is_dir() else path.stat().st_size
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        removed.append((path, size))
+    return removed
+
+
 def directory_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -257,6 +257,26 @@ def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, mon
     assert " GB" not in stats[0]  # "stopped" takes the memory figure's place, within 80 columns
 
 
+def test_ctrl_c_in_generate_ends_the_line_and_says_stopped(tiny_model_dir, monkeypatch):
+    """A cut answer's line is ended (the shell's prompt does not land after it) and stderr
+    says it was stopped, with the stats of what was answered; exit code 130, as for SIGINT."""
+    from lazymlx.cli import generate as generate_module
+
+    written = []
+    stop_at_third = interrupted_at(3)
+
+    def write_text(text):
+        written.append(text)
+        stop_at_third(text)
+
+    monkeypatch.setattr(generate_module, "write_text", write_text)
+    argv = ["generate", "-m", str(tiny_model_dir), "-p", "the cat", "--raw", "-n", "8"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 130
+    assert len(written) == 4 and written[-1] == "\n"  # two pieces, the cut one, the line's end
+    assert result.stderr.strip().endswith("tok/s, stopped")
+
+
 @pytest.mark.parametrize(
     ("argv", "message", "code"),
     [
@@ -296,6 +316,9 @@ def test_a_stopped_answer_still_shows_its_stats_marked_stopped(tiny, capsys, mon
         (["eval", "--families", "trivia"], "unknown task family 'trivia'; choose from: all", 1),
         (["calibrate", "--per-length", "2"], "Invalid value for '--per-length'", 2),
         (["eval", "--split", "test"], "unknown split 'test'", 1),
+        (["generate", "--verbose", "False", "-p", "hi"], "got 'False' where the model goes", 1),
+        (["chat", "-v", "false", "-p", "hi"], "lazymlx's flags take no value", 1),
+        (["serve", "--max-tokens", "0"], "--max-tokens takes a whole number >= 1; got 0", 1),
     ],
 )
 def test_errors_are_one_line_without_traceback(capsys, argv, message, code):
@@ -424,12 +447,52 @@ def test_models_list_is_readable_at_80_columns_and_piped(tmp_path: Path, columns
     assert "".join(line.split()[0] for line in lines[first:caption]) == long_name
 
 
+def test_models_rm_frees_a_models_files_and_nothing_outside_the_cache(
+    tmp_path: Path, monkeypatch, capsys
+):
+    from lazymlx.models.registry import MODELS_DIR_ENV
+
+    root, outside = tmp_path / "models", tmp_path / "elsewhere"
+    for folder in (root / "smollm2-135m-fp32", root / "other-model", outside):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    (root / "smollm2-135m.gguf").write_bytes(b"x" * 1000)
+    (root / "judge").mkdir()  # the judge's scores: not a model
+    (root / "qwen2.5-coder-0.5b-fp32").symlink_to(outside)  # a link: unlinked, not followed
+    monkeypatch.setenv(MODELS_DIR_ENV, str(root))
+    code, _, err = run_main(capsys, "models", "rm", "smollm2-135m")
+    assert code == 0 and "removed " in err and "freed 0.00 GB" in err
+    assert sorted(p.name for p in root.iterdir()) == [
+        "judge", "other-model", "qwen2.5-coder-0.5b-fp32"
+    ]  # fmt: skip
+    assert run_main(capsys, "models", "rm", "qwen2.5-coder-0.5b")[0] == 0
+    assert (outside / "config.json").exists() and not (root / "qwen2.5-coder-0.5b-fp32").exists()
+    for name in ("judge", "../elsewhere", "smollm2-135m", str(outside)):
+        code, _, err = run_main(capsys, "models", "rm", name)
+        assert code == 1 and err.startswith(f"error: no model {name!r} in {root}")
+        assert "other-model" in err and len(err.strip().splitlines()) == 1
+    assert run_main(capsys, "models", "rm", "other-model")[0] == 0
+    assert sorted(p.name for p in root.iterdir()) == ["judge"] and outside.exists()
+
+
 def test_chat_reads_the_message_from_stdin_with_dash(tiny_model_dir: Path):
     result = runner.invoke(
         app, ["chat", "-m", str(tiny_model_dir), "-p", "-", "-n", "3"], input="hello there\n"
     )
     assert result.exit_code == 0, result.output
     assert result.stdout.strip()
+
+
+def test_piped_chat_input_is_read_a_line_at_a_time_with_its_commands(tiny_model_dir: Path):
+    """`printf 'question\\n/quit\\n' | lazymlx chat`: each line is what a terminal's input
+    line would send, a command obeyed, and /quit leaves (the line after it is never sent)."""
+    script = "the cat\n/set max_tokens 2\nthe dog\n/quit\nnever sent\n"
+    result = runner.invoke(app, ["chat", "-m", str(tiny_model_dir), "-n", "3", "-v"], input=script)
+    assert result.exit_code == 0, result.output
+    stats = [line for line in result.stderr.splitlines() if line.startswith("TTFT")]
+    assert len(stats) == 2 and "max_tokens 2" in result.stderr
+    assert " generation 3 tok" in stats[0] and " generation 2 tok" in stats[1]
+    assert "type a message" not in result.stderr  # no opening line for a script
 
 
 def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model_dir: Path):

@@ -306,7 +306,7 @@ def test_bench_on_a_chain_outside_mlx_launch_is_one_error_line(monkeypatch, caps
 
 
 # fast: the built-in default's 1,024-token floor would run a 600-token prompt whole
-BENCH = ["-l", "600", "--lazy", "fast,keep-all", "-n", "3", "--output", "json"]
+BENCH = ["-l", "600", "--lazy", "fast,keep-all", "-n", "3", "-r", "1", "--output", "json"]
 
 
 def bench_errors(err: str) -> list[str]:

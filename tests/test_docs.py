@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from lazymlx.cli import bench, calibrate_command, chat_command, evaluate, generate, serve
+from lazymlx.cli import bench, calibrate_command, chat_command, evaluate, generate, harness, serve
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.presets import resolve_preset
 
@@ -201,6 +201,7 @@ COMMANDS = {
     "bench": bench.bench,
     "eval": evaluate.evaluate,
     "calibrate": calibrate_command.calibrate,
+    "evaluate": harness.evaluate,
 }
 
 

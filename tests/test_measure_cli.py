@@ -73,7 +73,19 @@ def test_bench_json_has_the_documented_schema(tiny_model_dir: Path):
 
 
 def test_bench_csv_and_table(tiny_model_dir: Path):
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "--lazy", "gentle", "-n", "2")
+    args = (
+        "bench",
+        "-m",
+        str(tiny_model_dir),
+        "-l",
+        "600",
+        "--lazy",
+        "gentle",
+        "-n",
+        "2",
+        "-r",
+        "1",
+    )
     rows = list(csv.DictReader(io.StringIO(invoke(*args, "--output", "csv"))))
     assert [r["mode"] for r in rows] == ["baseline", "lazy:gentle"]
     assert set(rows[0]) >= BENCH_ROW_KEYS
@@ -113,7 +125,7 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
     saved = saved_presets(str(tiny_model_dir))
     pruning = ["gentle", "fast", *(name for name, c in saved.items() if c.prunes)]
     whole = ["default", *(name for name, c in saved.items() if not c.prunes)]
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2")
+    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "-r", "1")
     data = json.loads(invoke(*args, "--output", "json"))
     assert [row["mode"] for row in data["rows"]] == ["baseline"] + [f"lazy:{n}" for n in pruning]
     them = "it runs" if len(whole) == 1 else "they run"
@@ -127,6 +139,13 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
     table = invoke(*args)
     assert "compares: stock mlx-lm beside every preset that prunes" in table
     assert "| pruned " in table and "| nothing " in table and "| yes " in table
+    # the table first; right under it, the presets that ran this length whole, by name
+    lines = table.splitlines()
+    assert lines[0].startswith("| mode ")
+    under = lines[next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    tokens = baseline["prompt_tokens"]
+    assert under.startswith(f"pruned nothing: at {tokens} tokens gentle ran the prompt whole")
+    assert data["pruned nothing"].startswith(f"at {tokens} tokens gentle ran")
 
 
 def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
@@ -134,7 +153,19 @@ def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tin
 
     assert strategy("off", str(tiny_model_dir)).config is None
     assert not strategy("keep-all", str(tiny_model_dir)).config.prunes
-    args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "--lazy", "off,keep-all")
+    args = (
+        "bench",
+        "-m",
+        str(tiny_model_dir),
+        "-l",
+        "600",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--lazy",
+        "off,keep-all",
+    )
     data = json.loads(invoke(*args, "--output", "json"))
     assert data["presets"] == {
         "lazy:off": "stock mlx-lm",
@@ -378,6 +409,42 @@ def test_calibrate_that_finds_nothing_says_so_and_saves_nothing(tmp_path: Path, 
     assert data["chosen"] is None and data["fast"] is None
     assert captured.err.startswith("error: no candidate kept 97% of the baseline's answers")
     assert not presets_file().exists()
+
+
+def _record(mode: str, right: bool, work: float, length: int = 1024) -> dict:
+    """One calibration record of a passkey case, as a journal holds it."""
+    return {
+        "family": "passkey", "split": "calibration", "length": length, "seed": 0, "kind": "raw",
+        "source": "filler", "depth": 0.5, "mode": mode, "prompt_tokens": length - 24,
+        "correct": right, "baseline_correct": True, "agreed_tokens": 0, "identical": right,
+        "ttft_s": 1.0, "baseline_ttft_s": 1.0, "compute_fraction": work, "step_fraction": work,
+        "generation_tps": 1.0, "peak_memory_gb": 1.0, "text": "", "tokens": [],
+    }  # fmt: skip
+
+
+def test_calibrate_prints_no_none_calls_no_whole_run_fast_and_puts_the_table_first(
+    tmp_path: Path,
+):
+    """A default whose gate ran every case whole meets the bar but buys nothing: it is chosen
+    (the model's default stays), the header says it ran whole, and it is not called `fast`;
+    nothing prints Python's None (an unfinished search's "stopped", a row's open group)."""
+    records = tmp_path / "records.jsonl"
+    rows = [_record("baseline", True, 1.0), _record("default", True, 1.0)]
+    records.write_text("\n".join(json.dumps(r) for r in rows))
+    printed = invoke("calibrate", "--records", str(records), "--no-save")
+    assert "None" not in printed
+    lines = printed.splitlines()
+    assert lines[0].startswith("| candidate")  # the table first, the header under it
+    said = dict(line.split(": ", 1) for line in lines if not line.startswith("|"))
+    assert said["chosen"] == "default" and "fast" not in said
+    assert said["chosen_work"].startswith("default ran every case here whole")
+    assert said["no_fast"].startswith("no candidate that prunes kept 90%")
+    data = json.loads(invoke("calibrate", "--records", str(records), "--no-save", "-o", "json"))
+    assert data["chosen"] == "default" and data["fast"] is None
+    pruning = [*rows, _record("0.5@24% 0.3@57%", True, 0.5)]
+    records.write_text("\n".join(json.dumps(r) for r in pruning))
+    data = json.loads(invoke("calibrate", "--records", str(records), "--no-save", "-o", "json"))
+    assert data["fast"] == "0.5@24% 0.3@57%" and "no_fast" not in data
 
 
 def test_records_that_cannot_be_read_are_one_error_line(tmp_path: Path, capsys):

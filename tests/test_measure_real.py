@@ -31,6 +31,8 @@ def test_bench_smoke_on_the_default_model(real):
             "keep-all,default,fast,static,random",
             "--gen-len",
             "8",
+            "--repeats",
+            "1",
             "--output",
             "json",
         )  # fmt: skip

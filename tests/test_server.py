@@ -223,6 +223,21 @@ def test_a_client_gone_mid_stream_frees_the_generation_thread(server, client):
         ),
         (b'{"messages": [{"role": "user", "content": "bad \\udcff"}]}', 400, "UTF-8"),
         (b'{"messages": [{"role": "user", "content": "hi"}], "seed": -1}', 400, "seed"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}',
+            400,
+            "max_tokens takes a whole number >= 1; got 0",  # the CLI's words for -n 0
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}',
+            400,
+            "max_tokens takes a whole number >= 1; got 'many'",  # not Pydantic's
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"}], "top_p": "x"}',
+            400,
+            "top_p takes a number above 0, at most 1 (1: every token); got 'x'",
+        ),
         (b"\xff\xfe{}", 400, "not valid JSON"),
         (
             b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["a","b","c","d","e"]}',
@@ -671,3 +686,73 @@ def test_ttft_counts_from_arrival_with_the_queue_time_beside_it(client):
     assert usage["ttft_s"] >= usage["queued_s"]
     assert usage["ttft_s"] >= seen - 0.1  # what the client waited, less the network's share
     assert results["first"][1]["queued_s"] < 0.1
+
+
+def _status_without_a_key(url: str, method: str = "GET") -> tuple[int, dict]:
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_an_api_key_guards_every_endpoint_in_openais_shape(llm):
+    """The real openai client with the right key, a wrong one and none: only the right one is
+    answered; every endpoint (a route that does not exist too) asks for it first."""
+    with running(create_app(llm, Limits(max_tokens=300), api_key="open sesame")) as url:
+        right = openai.OpenAI(base_url=url + "/v1", api_key="open sesame", max_retries=0)
+        reply = right.completions.create(model="m", prompt="the cat", max_tokens=2)
+        assert reply.usage.completion_tokens == 2 and right.models.list().data
+        for key, said in (("open sesamf", "a wrong API key"), (None, "no API key")):
+            client = openai.OpenAI(base_url=url + "/v1", api_key=key or "x", max_retries=0)
+            # none: the client sends no Authorization header at all
+            headers = {} if key else {"Authorization": openai.Omit()}
+            with pytest.raises(openai.AuthenticationError) as refused:
+                client.chat.completions.create(
+                    model="m", messages=CHAT, max_tokens=2, extra_headers=headers
+                )
+            assert refused.value.code == "invalid_api_key" and said in refused.value.message
+            with pytest.raises(openai.AuthenticationError):
+                client.models.list(extra_headers=headers)
+        for path, method in (
+            ("/health", "GET"),
+            ("/v1/models", "GET"),
+            ("/v1/completions", "POST"),
+            ("/nowhere", "GET"),
+        ):
+            status, body = _status_without_a_key(url + path, method)
+            assert status == 401 and set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_server_beyond_loopback_without_a_key_is_warned_about():
+    from lazymlx.server import exposure_warning
+
+    assert exposure_warning("0.0.0.0", None).startswith("listening on 0.0.0.0 with no API key")
+    assert "LAZYMLX_API_KEY" in exposure_warning("192.168.1.5", None)
+    assert exposure_warning("::", None) is not None
+    for loopback in ("127.0.0.1", "::1", "localhost"):
+        assert exposure_warning(loopback, None) is None
+    assert exposure_warning("0.0.0.0", "key") is None
+
+
+@pytest.mark.slow
+def test_lazymlx_serve_takes_its_key_from_the_environment(tiny_model_dir):
+    """`LAZYMLX_API_KEY=... lazymlx serve` on loopback: no warning, and the key is asked for."""
+    command = [str(Path(sys.executable).parent / "lazymlx"), "serve", "-m", str(tiny_model_dir)]
+    env = dict(os.environ, LAZYMLX_API_KEY="from-env")
+    server = subprocess.Popen([*command, "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        serving = server.stderr.readline()
+        url = serving.split(" at ")[1].split(" ")[0]
+        real = openai.OpenAI(base_url=url, api_key="from-env", max_retries=0, timeout=60)
+        assert real.completions.create(model="m", prompt="the cat", max_tokens=2).choices
+        wrong = openai.OpenAI(base_url=url, api_key="guess", max_retries=0, timeout=60)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+        rest = server.stderr.read()
+        server.stderr.close()
+    assert "warning" not in serving + rest

@@ -394,10 +394,19 @@ def _frontier_row(
     }
 
 
+def prunes_here(row: dict) -> bool:
+    """Whether a frontier row's candidate pruned on the cases it ran (a gated or floored one
+    may run every one of them whole: stock's work, so no speed-up)."""
+    return row["compute_fraction"] is not None and row["compute_fraction"] < 1 - 1e-9
+
+
 def _fastest(frontier: list[dict], key: str) -> str | None:
     """The candidate with the least work among those meeting `key`'s bar (at equal prefill
-    work sparse decode is faster, since it revives nothing)."""
+    work sparse decode is faster, since it revives nothing). The fast trade is a trade for
+    speed: a candidate that pruned nothing on these cases is never called fast."""
     passing = [row for row in frontier if _is_candidate(row["mode"]) and row[key]]
+    if key == "meets_fast":
+        passing = [row for row in passing if prunes_here(row)]
     best = min(
         passing,
         key=lambda row: (row["compute_fraction"], SPARSE.strip() not in row["mode"].split()),

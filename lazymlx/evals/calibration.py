@@ -36,6 +36,7 @@ from lazymlx.evals.calibrate import (
     case_id,
     choose,
     gentler,
+    prunes_here,
 )
 from lazymlx.evals.calibration_search import CalibrationSearch
 from lazymlx.evals.cases import Case, suite_counts
@@ -122,6 +123,7 @@ def calibrate_model(
         )  # fmt: skip
     choice = choose(recorded, bar)
     head |= {"bar": vars(bar), "chosen": choice.chosen, "fast": choice.fast}
+    head |= _choice_said(choice, bar)
     saved = []
     if save is not None or ship:
         check_chosen(choice, bar)
@@ -234,6 +236,26 @@ def _rests_on(plan: Plan, records: list[Record], speed: Speed, elapsed_s: float)
         "stopped": None if left is None else f"at the time budget, before {left[1]} on {left[0]}",
         "search": standing(plan, records),
     }
+
+
+def _choice_said(choice: Calibration, bar: Bar) -> dict:
+    """The header's plain words where the choice buys no speed: a default that ran every case
+    whole (a gate or floor above these lengths: stock's work), or no fast trade (no candidate
+    that prunes kept its share of the answers)."""
+    rows = {row["mode"]: row for row in choice.frontier}
+    said = {}
+    chosen = rows.get(choice.chosen)
+    if chosen is not None and not prunes_here(chosen):
+        said["chosen_work"] = (
+            f"{choice.chosen} ran every case here whole (100% of stock's work): no speed-up "
+            "on these cases"
+        )
+    if choice.fast is None:
+        said["no_fast"] = (
+            f"no candidate that prunes kept {bar.fast_overall:.0%} of the answers overall, so "
+            "there is no fast trade"
+        )
+    return said
 
 
 def check_chosen(choice: Calibration, bar: Bar) -> None:
