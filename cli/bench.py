@@ -71,6 +71,17 @@ BenchPresets = Annotated[
     ),
 ]
 
+BenchPrompt = Annotated[
+    str,
+    typer.Option(
+        "--prompt",
+        help="A one-prompt task of the eval (passkey, the default; real-option, "
+        "real-function, summary, json, lookalike...), a comma list of them, workload (a "
+        "question about a manual, over several documents, about source code, a summary, an "
+        "open question, a passkey: per kind and their geometric mean), random, or a text FILE.",
+    ),
+]
+
 
 def bench(
     prompt_len: Annotated[
@@ -87,16 +98,7 @@ def bench(
             "--repeats", "-r", min=1, help="Timed runs per row, after one warm-up (mean ± std)."
         ),
     ] = 3,
-    prompt: Annotated[
-        str,
-        typer.Option(
-            "--prompt",
-            help="A one-prompt task of the eval (passkey, the default; real-option, "
-            "real-function, summary, json, lookalike...), a comma list of them, workload (a "
-            "question about a manual, over several documents, about source code, a summary, an "
-            "open question, a passkey: per kind and their geometric mean), random, or a text FILE.",
-        ),
-    ] = "passkey",
+    prompt: BenchPrompt = "passkey",
     output: options.Output = "md",
     parallel: Parallel = "tensor",
 ) -> None:

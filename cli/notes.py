@@ -12,7 +12,7 @@ from lazymlx.engine.config import DERIVED
 
 def calibration_note(preset: str, model: str) -> str | None:
     """What to say, once the model is loaded, when its presets were not calibrated on it: the
-    default runs whole there, and the built-in rules that prune were not checked on it."""
+    built-in rules were chosen on other models, not checked on this one."""
     from lazymlx import collectives
     from lazymlx.engine.presets import calibrated
 
@@ -20,15 +20,9 @@ def calibration_note(preset: str, model: str) -> str | None:
         return None
     if calibrated(model):
         return None
-    if preset in ("gentle", "fast"):
-        return (
-            f"{model} has no calibrated presets: {preset!r} is a built-in rule, not checked on "
-            f"this model; `lazymlx calibrate -m {model}` fits one to it"
-        )
     return (
-        f"{model} is not calibrated, so {preset!r} runs every prompt whole (stock's answers); "
-        f"`lazymlx calibrate -m {model}` finds a pruned default that keeps its answers, or "
-        "--lazy gentle or fast prune now, as trades"
+        f"{model} has no calibrated presets: {preset!r} is a built-in rule, chosen on other "
+        f"models, not checked on this one; `lazymlx calibrate -m {model}` fits one to it"
     )
 
 
@@ -51,13 +45,13 @@ def first_use_note(preset: str, model: str, loaded, quiet: bool = False) -> tupl
 
     minutes = expected_minutes(*loaded, model)
     adapter = adapter_for(loaded[0])  # a windowed model prunes only at its global layers
-    share = resolve_preset(preset, model).work_share(
-        2048, len(adapter.layers), adapter.ranking_layers
-    )
+    config = resolve_preset(preset, model)
+    share = config.work_share(2048, len(adapter.layers), adapter.ranking_layers, fewest=True)
     what = (
         "runs every prompt whole"
         if share >= 1
         else f"is a built-in rule, {share:.0%} of the prompt work at 2k tokens"
+        + (" where the question points at the text, else all of it" if config.point else "")
     )
     return (
         f"{model} is not calibrated: {preset!r} {what}; "

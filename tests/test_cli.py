@@ -510,11 +510,9 @@ def test_prompt_cache_file_saves_and_reuses_a_context(tmp_path: Path, tiny_model
     wrong_kind = runner.invoke(
         app, [*args, "-p", "x", "--lazy", "off", "--prompt-cache-file", str(cache)]
     )
-    # the tiny model's default runs whole: the file is the engine's, though nothing was pruned
     assert str(wrong_kind.exception).endswith(
-        "holds lazymlx's engine's context (saved with --lazy default, which prunes nothing: it "
-        "runs every prompt whole), which stock mlx-lm (--lazy off) cannot continue; load it "
-        "with --lazy default"
+        "holds lazymlx's engine's context (saved with --lazy default, which prunes), which "
+        "stock mlx-lm (--lazy off) cannot continue; load it with --lazy default"
     )
     off_cache = tmp_path / "off.safetensors"
     for _ in range(2):
@@ -802,17 +800,18 @@ def test_an_uncalibrated_model_says_so_in_one_dim_line(tiny_model_dir: Path):
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if "calibrat" in line]
     assert lines == [
-        f"{tiny_model_dir} is not calibrated, so 'default' runs every prompt whole (stock's "
-        f"answers); `lazymlx calibrate -m {tiny_model_dir}` finds a pruned default that keeps "
-        "its answers, or --lazy gentle or fast prune now, as trades"
+        f"{tiny_model_dir} has no calibrated presets: 'default' is a built-in rule, chosen on "
+        f"other models, not checked on this one; `lazymlx calibrate -m {tiny_model_dir}` fits "
+        "one to it"
     ]
     result = runner.invoke(
         app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--lazy", "fast"]
     )
     lines = [line for line in result.stderr.splitlines() if "calibrat" in line]
     assert lines == [
-        f"{tiny_model_dir} has no calibrated presets: 'fast' is a built-in rule, not checked "
-        f"on this model; `lazymlx calibrate -m {tiny_model_dir}` fits one to it"
+        f"{tiny_model_dir} has no calibrated presets: 'fast' is a built-in rule, chosen on "
+        f"other models, not checked on this one; `lazymlx calibrate -m {tiny_model_dir}` fits "
+        "one to it"
     ]
     stock = runner.invoke(
         app, ["generate", str(tiny_model_dir), "-p", "hi", "-n", "2", "--lazy", "off"]

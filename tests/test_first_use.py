@@ -25,15 +25,16 @@ def test_generate_says_what_calibrating_costs_the_first_time_only(
     assert quiet.exit_code == 0 and "calibrat" not in quiet.stderr
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    line = re.search(r"is not calibrated: 'default' runs every prompt whole; `lazymlx calibrate "
-                     r"-m .*` takes about (\d+) minutes on this machine",
+    line = re.search(r"is not calibrated: 'default' is a built-in rule, (\d+)% of the prompt work "
+                     r"at 2k tokens where the question points at the text, else all of it; "
+                     r"`lazymlx calibrate -m .*` takes about (\d+) minutes on this machine",
                      " ".join(first.stderr.split()))  # fmt: skip
     assert line is not None, first.stderr
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "takes about" not in again.stderr
-    assert "is not calibrated, so 'default' runs every prompt whole" in again.stderr
+    assert "'default' is a built-in rule, chosen on other models" in again.stderr
     gentle = runner.invoke(app, [*args, "--lazy", "gentle"])
-    assert "'gentle' is a built-in rule, not checked on this model" in gentle.stderr
+    assert "'gentle' is a built-in rule, chosen on other models" in gentle.stderr
 
 
 def test_the_first_use_of_a_pruning_rule_says_how_much_it_computes(

@@ -37,7 +37,7 @@ def test_invalid_fields_are_clear_errors(kwargs, message):
 
 def test_presets():
     assert not resolve_preset("keep-all", None).prunes
-    assert not resolve_preset("default", None).prunes  # uncalibrated: every prompt whole
+    assert resolve_preset("default", None).point  # uncalibrated: the rule that travels
     gentle = resolve_preset("gentle", None)
     assert gentle.prunes
     # the first fifth of the layers never prune: pruning there destroys retrieval (design note)

@@ -13,8 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from lazymlx.cli.app import app, main
+from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.presets import presets_file, resolve_preset
 from lazymlx.errors import LazymlxError
+from lazymlx.evals.calibrate import CANDIDATES
 from lazymlx.evals.timing import bench, bench_prompt
 
 runner = CliRunner()
@@ -117,14 +119,16 @@ def test_bench_times_a_workload_per_prompt_and_its_geometric_mean(tiny_model_dir
 
 
 def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_model_dir: Path):
-    """The tiny model is not calibrated: its default runs whole, so it is left out, and gentle's
-    1,024-token floor runs a 600-token prompt whole, which its row says."""
-    from lazymlx.engine.presets import saved_presets
+    """The tiny model is not calibrated: its default is the built-in rule, which prunes where the
+    question points; gentle's 1,024-token floor runs a 600-token prompt whole, which its row
+    says. A preset that runs every prompt whole (keep-all saved as the user's) is left out."""
+    from lazymlx.engine.presets import save_preset, saved_presets
 
+    save_preset(str(tiny_model_dir), "whole", LazyConfig(), {})
     # presets other tests saved for this model are the user's: those that prune are timed too
     saved = saved_presets(str(tiny_model_dir))
-    pruning = ["gentle", "fast", *(name for name, c in saved.items() if c.prunes)]
-    whole = ["default", *(name for name, c in saved.items() if not c.prunes)]
+    pruning = ["default", "gentle", "fast", *(name for name, c in saved.items() if c.prunes)]
+    whole = [name for name, c in saved.items() if not c.prunes]
     args = ("bench", "-m", str(tiny_model_dir), "-l", "600", "-n", "2", "-r", "1")
     data = json.loads(invoke(*args, "--output", "json"))
     assert [row["mode"] for row in data["rows"]] == ["baseline"] + [f"lazy:{n}" for n in pruning]
@@ -134,8 +138,13 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
         f"({', '.join(pruning)}), to show what each saves; left out: {', '.join(whole)} "
         f"({them} every prompt whole: stock's work)"
     )
-    baseline, gentle, fast = data["rows"][:3]
-    assert (baseline["pruned"], gentle["pruned"], fast["pruned"]) == (None, False, True)
+    baseline, default, gentle, fast = data["rows"][:4]
+    assert [row["pruned"] for row in (baseline, default, gentle, fast)] == [
+        None,
+        False,
+        False,
+        True,
+    ]
     table = invoke(*args)
     assert "compares: stock mlx-lm beside every preset that prunes" in table
     assert "| pruned " in table and "| nothing " in table and "| yes " in table
@@ -144,8 +153,9 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
     assert lines[0].startswith("| mode ")
     under = lines[next(i for i, line in enumerate(lines) if not line.startswith("|"))]
     tokens = baseline["prompt_tokens"]
-    assert under.startswith(f"pruned nothing: at {tokens} tokens gentle ran the prompt whole")
-    assert data["pruned nothing"].startswith(f"at {tokens} tokens gentle ran")
+    # the random model's question points nowhere: the built-in default runs it whole too
+    assert under.startswith(f"pruned nothing: at {tokens} tokens default, gentle ran the prompt")
+    assert data["pruned nothing"].startswith(f"at {tokens} tokens default, gentle ran")
 
 
 def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
@@ -307,6 +317,11 @@ def _gold(family: str, model_dir: Path, seed: int) -> str:
     return make_case(family, load_model(str(model_dir))[1], 1000, seed, "validation").gold
 
 
+# The listed fixed-ratio candidates: the built-in default, which prunes only where a question
+# points, runs the random model's prompts whole, and would meet a bar of 0 first.
+SCHEDULED = ",".join(name for name in CANDIDATES if name != "default")
+
+
 def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     tiny_model_dir: Path, tmp_path: Path
 ):
@@ -315,7 +330,7 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
     args = [
         "calibrate", "-m", model, "--families", "completion", "--lengths", "1000", "--cases", "1",
         "--per-length", "0", "--per-family", "0", "--fast", "0", "--name", "mine",
-        "--baselines", str(tmp_path / "b.json"), "--output", "json",
+        "--baselines", str(tmp_path / "b.json"), "--output", "json", "--candidates", SCHEDULED,
     ]  # fmt: skip
     data = json.loads(invoke(*args))
     # candidates run cheapest first until one meets the bar (the open answers' bar against
@@ -356,6 +371,7 @@ def test_calibrate_model_is_the_commands_search_as_a_python_call(tiny_model_dir:
     done = calibrate_model(
         model, lengths="1000", families="completion", cases=1, bar=Bar(0, 0, 0),
         baselines=str(tmp_path / "b.json"), save="py", progress=progress,
+        candidates=SCHEDULED.split(","),
     )  # fmt: skip
     assert told[0] > 0 and any(str(run).startswith("completion 1000 #0") for run in told[1:])
     assert done.choice.chosen is not None and done.head["chosen"] == done.choice.chosen

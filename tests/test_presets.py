@@ -38,11 +38,11 @@ def test_builtin_presets_and_the_comparison_strategies():
     assert resolve_preset("keep-all", "any-model") == LazyConfig()
     with pytest.raises(LazymlxError, match="'off' is stock mlx-lm, not a preset of the engine"):
         resolve_preset("off", "any-model")  # stock has no config: lazy=None
-    # an uncalibrated model runs whole; the strategies compared with a default that prunes
-    # nothing follow the gentle rule instead
+    # an uncalibrated model prunes by the built-in rule that travels (cut where the question
+    # points, else whole); the strategies, which read no question, follow the gentle rule
     default = resolve_preset("default", "any-model")
-    assert default == PRESETS["default"] and not default.prunes
-    gentle = resolve_preset("gentle", "any-model")  # built in: the pruning rule, as a trade
+    assert default == PRESETS["default"] and default.prunes and default.point == 0.5
+    gentle = resolve_preset("gentle", "any-model")  # built in: the fixed-ratio rule, as a trade
     assert gentle == PRESETS["gentle"] and gentle.prunes and gentle.decode == "revive"
     for selection in ("static", "random"):
         variant = resolve_preset(selection, "any-model")
@@ -90,6 +90,7 @@ def test_candidates_build_on_the_models_own_gentle_rule_as_its_strategies_do():
     # a model whose default runs whole and that has its own gentle (saved by its user): its
     # candidates keep that rule's scoring, as resolve_preset's comparison strategies do
     gentle = replace(PRESETS["gentle"], window=4, pool=6)
+    save_preset("m", "default", LazyConfig(), {})
     save_preset("m", "gentle", gentle, {})
     default, own = resolve_preset("default", "m"), resolve_preset("gentle", "m")
     candidate = candidate_config(default, "0.5@24% 0.3@57%", own)

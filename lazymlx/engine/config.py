@@ -282,27 +282,38 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 # (benchmarks/studies/2026-11-27-open-answers/).
 FLOOR_TOKENS = 1024
 
+# `gentle`, the fixed-ratio trade, chosen on SmolLM2's calibration split (benchmarks/studies/
+# STUDIES.md, round 3), its floor on the open-ended families, where SmolLM2 and Qwen2.5-Coder
+# both needed 1,024 tokens past each prune up to 1k (benchmarks/studies/2026-11-27-open-answers/).
+_GENTLE = LazyConfig(
+    schedule=((0.67, 0.2),),
+    keep_first=4,
+    window=8,
+    past_template=True,
+    pool=12,
+    decode="revive",
+    min_prompt=256,
+    min_keep=FLOOR_TOKENS,
+)
 PRESETS: dict[str, LazyConfig] = {
     "keep-all": LazyConfig(),  # the engine keeping every token (stock's is lazy=None, "off")
-    # A model with no calibrated presets runs every prompt whole: the gentle rule fell short of
-    # the noise floor on Qwen2.5-Coder's open-ended answers at 2k, 4k and 8k (benchmarks/
-    # studies/2026-11-27-open-answers/), so a model earns a pruned default on its own cases (`lazymlx calibrate`; each
-    # registry model ships its own in lazymlx/engine/calibrated/), and `gentle` and `fast` prune
-    # it as trades.
-    "default": LazyConfig(),
-    # The built-in pruning rule, chosen on SmolLM2's calibration split (benchmarks/studies/
-    # STUDIES.md, round 3), its floor on the open-ended families, where SmolLM2 and Qwen2.5-Coder
-    # both needed 1,024 tokens past each prune up to 1k (benchmarks/studies/2026-11-27-open-answers/).
-    "gentle": LazyConfig(
-        schedule=((0.67, 0.2),),
-        keep_first=4,
-        window=8,
-        past_template=True,
-        pool=12,
-        decode="revive",
-        min_prompt=256,
-        min_keep=FLOOR_TOKENS,
+    # Every model's default until `lazymlx calibrate` refines it ("mass0.8 1@24% 1@67% least0.25
+    # point0.5 sparse from256"): a prompt whose question points at one place in the text is cut
+    # where it points, from 24% of depth on, to the tokens holding 80% of the attention, and
+    # again at 67%; one that points nowhere (a summary, a question about the whole text) runs
+    # whole. Chosen to travel: calibrated on
+    # Qwen2.5-Coder and SmolLM2, validated on Gemma 3 and on 4-bit weights
+    # (benchmarks/studies/2026-12-02-real-prompts/).
+    "default": replace(
+        _GENTLE,
+        schedule=((0.24, 1.0), (0.67, 1.0)),
+        mass=0.8,
+        least=0.25,
+        point=0.5,
+        decode="sparse",
+        min_keep=0,
     ),
+    "gentle": _GENTLE,
 }
 # The faster trade (benchmarks/studies/STUDIES.md): a first prune at 24% of depth too, no floor,
 # fewer answers kept; decode sparse, as it was chosen and validated.
@@ -330,10 +341,13 @@ DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
 
 def pruning_base(default: LazyConfig, gentle: LazyConfig | None = None) -> LazyConfig:
     """What schedules and the comparison strategies are built on: a model's default where it
-    prunes (its scoring and length rules), else its gentle rule, the built-in one unless the
-    model has its own (a default that runs whole scores nothing, and strategies that pruned
-    nothing would compare nothing)."""
-    return default if default.prunes else gentle or PRESETS["gentle"]
+    prunes at its schedule's depths (its scoring and length rules), else its gentle rule, the
+    built-in one unless the model has its own: a default that runs whole scores nothing, and
+    one whose first cut waits for the question to point (`point`) cuts where the static and
+    random selections, which read no question, could not compare."""
+    if default.prunes and not default.point:
+        return default
+    return gentle or PRESETS["gentle"]
 
 
 PRESETS.update({name: derive(pruning_base(PRESETS["default"])) for name, derive in DERIVED.items()})
