@@ -579,6 +579,19 @@ def test_open_answers_are_held_to_the_worse_of_stock_and_the_4bit_reference():
     ]
 
 
+def test_an_open_answer_stock_gave_meets_its_bar_through_float_rounding():
+    """A prompt the candidate ran whole gives stock's answer, its likelihood computed through
+    the engine's kernels: off by float rounding, which is no loss (it once kept the gate a
+    calibration needed from being chosen)."""
+    stock = _open_run("baseline", "docstring", [0.4] * 8, [0.3] * 8)
+    whole = _open_run("whole", "docstring", [0.4] * 8, [0.3 + 1.5e-8] * 8, 0.9)
+    row = {row["mode"]: row for row in choose([*stock, *whole], Bar(0.97, 0.9, 0.9)).frontier}
+    assert row["whole"]["meets_default"]
+    worse = _open_run("worse", "docstring", [0.4] * 8, [0.3 + 1e-4] * 8, 0.9)
+    row = {row["mode"]: row for row in choose([*stock, *worse], Bar(0.97, 0.9, 0.9)).frontier}
+    assert not row["worse"]["meets_default"]
+
+
 def test_open_cases_run_through_the_eval_and_keep_all_keeps_stocks_answer(tiny, tmp_path):
     model, tokenizer = tiny
     cases = [

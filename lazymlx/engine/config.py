@@ -298,10 +298,10 @@ _GENTLE = LazyConfig(
 PRESETS: dict[str, LazyConfig] = {
     "keep-all": LazyConfig(),  # the engine keeping every token (stock's is lazy=None, "off")
     # Every model's default until `lazymlx calibrate` refines it ("mass0.8 1@24% 1@67% least0.25
-    # point0.5 sparse from256"): a prompt whose question points at one place in the text is cut
+    # point0.5 sparse from1536"): a prompt whose question points at one place in the text is cut
     # where it points, from 24% of depth on, to the tokens holding 80% of the attention, and
     # again at 67%; one that points nowhere (a summary, a question about the whole text) runs
-    # whole. Chosen to travel: calibrated on
+    # whole, as do prompts under 1,536 tokens (a 1k summary pointed, and lost). Chosen to travel: calibrated on
     # Qwen2.5-Coder and SmolLM2, validated on Gemma 3 and on 4-bit weights
     # (benchmarks/studies/2026-12-02-real-prompts/).
     "default": replace(
@@ -311,6 +311,7 @@ PRESETS: dict[str, LazyConfig] = {
         least=0.25,
         point=0.5,
         decode="sparse",
+        min_prompt=1536,
         min_keep=0,
     ),
     "gentle": _GENTLE,

@@ -293,6 +293,9 @@ class OpenCheck:
 
 
 OPEN_MEASURES = {"gold": "target_score", "judge": "nll"}
+# A prompt the candidate ran whole gives stock's answer, but its likelihood comes through the
+# engine's kernels, off by float rounding (1e-8 seen): a margin this small is no loss.
+ROUNDING = 1e-6
 
 
 def open_checks(records: list[Record], mode: str, intervals: bool = True) -> list[OpenCheck]:
@@ -369,7 +372,7 @@ def _frontier_row(
     opened = open_checks(records, mode) if mode != BASELINE else []
     worst_open = min(opened, key=lambda check: check.margin, default=None)
     loops = new_loops(records, mode)
-    open_ok = not loops and all(check.margin >= -1e-9 for check in opened)
+    open_ok = not loops and all(check.margin >= -ROUNDING for check in opened)
     return {
         "mode": mode,
         "compute_fraction": overall["compute_fraction"],
