@@ -376,6 +376,53 @@ gpu_h100() {
     --output $out/kept_shapes_8b_h100_2026-11-27.json
 }
 
+# ---- real prompts (2026-12-02, issue 74): the built-in default and the workload -------------
+# The point rules on the real-document families (and Qwen's scored ones at 1k and 2k) beside
+# stock and both references; each calibration_point.jsonl began as its model's
+# calibration_mass.jsonl stock and reference rows (so only the new rules ran).
+POINT="mass0.8 1@24% 1@67% least0.25 point0.5 sparse from256"
+real_prompts() {
+  for m in qwen2.5-coder-0.5b smollm2-135m; do
+    $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --lengths 2k --families real --cases 2 \
+      --journal $R/$m/calibration_point.jsonl --resume -o json > /dev/null \
+      --candidates "mass0.8 1@24% 1@57% least0.25 point0.5 sparse from256,mass0.8 1@24% 1@57% least0.15 point0.5 sparse from256,mass0.9 1@24% 1@57% least0.3 point0.5 sparse from256,$POINT"
+  done
+  local m=qwen2.5-coder-0.5b
+  $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --lengths 1k,2k --families scored --cases 1 \
+    --journal $R/$m/calibration_point.jsonl --resume --candidates "$POINT" -o json > /dev/null
+  local shipped=lazymlx/engine/calibrated/$m.json before
+  before=$(mktemp) && cp $shipped $before
+  $lazymlx calibrate -m $m --records $R/$m/calibration_point.jsonl --ship
+  # this journal's candidates are all point rules, so its fast trade runs summaries whole: Qwen
+  # keeps the fast the `calibration` step chose (it prunes every prompt)
+  $python -c 'import json, sys; old, new = (json.load(open(p)) for p in sys.argv[1:]); new["fast"] = old["fast"]
+open(sys.argv[2], "w").write(json.dumps(new, indent=1) + "\n")' $before $shipped
+  # the held-out family on its validation split, and Qwen's shipped default on its own
+  $lazymlx eval -m gemma3-270m --split validation --lengths 2k --cases 1 --lazy "$POINT" --reference \
+    --families real,passkey,needle-docs,json,summary,question,docstring,completion \
+    --journal $R/gemma3-270m/validation_point.jsonl --resume -o json > /dev/null
+  for families in real scored; do  # validation_point.jsonl began as validation_mass_2k's stock rows
+    $lazymlx eval -m $m --split validation --baselines $B/$m.json --families $families --lengths 2k \
+      --cases 1 --lazy default --reference --journal $R/$m/validation_point.jsonl --resume -o json > /dev/null
+  done
+  # the workload: registry Qwen, and Qwen quantized to 4 bits in a folder of its own (no
+  # shipped presets: the built-in default)
+  $lazymlx bench -m $m -l 2k --prompt workload --lazy default -n 16 -r 1 -o json > $R/$m/bench_workload_2k.json
+  $lazymlx bench -m $m -l 8k --prompt real-option,real-function,summary,passkey --lazy default -n 8 -r 1 \
+    -o json > $R/$m/bench_workload_8k.json
+  local q4=/tmp/qwen2.5-coder-0.5b-4bit
+  [ -d $q4 ] || $python -m mlx_lm convert --hf-path ~/.cache/lazymlx/models/$m-fp32 --mlx-path $q4 -q \
+    --q-bits 4 --q-group-size 64
+  $lazymlx bench -m $q4 -l 2k --prompt workload --lazy default -n 16 -r 1 -o json > $R/$m/bench_workload_4bit_2k.json
+}
+
+# ---- lm-evaluation-harness: RULER's offline tasks (issue 75) --------------------------------
+harness() {
+  mkdir -p benchmarks/results/harness
+  $lazymlx evaluate -m smollm2-135m --tasks niah_single_1 --limit 3 --lazy off,default \
+    > benchmarks/results/harness/smollm2_niah_single_1_4k.md
+}
+
 tables() {
   $python benchmarks/tables.py card $R/*/card.json
   $python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_h200_pipelined_2026-11-27.json \
@@ -383,7 +430,7 @@ tables() {
   $python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b_h100_2026-11-27.json
 }
 
-CPU_STEPS="cards calibration frontier cost kept ranks context blas gguf tables"
+CPU_STEPS="cards calibration real_prompts harness frontier cost kept ranks context blas gguf tables"
 OTHER_STEPS="context_cores_stage context_cores gpu gpu_mass gpu_h100"
 [ $# -gt 0 ] || set -- $CPU_STEPS
 for step in "$@"; do

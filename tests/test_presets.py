@@ -132,14 +132,23 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
     assert resolve_preset("default", "some-model") == mine  # the user's calibration first
 
 
-def test_qwen_prunes_by_attention_mass_from_1536_tokens():
-    """Qwen2.5-Coder's calibration at 1k and 2k (gold answers, stock's judgment, the 4-bit
-    reference): its mass rule pruned a 1k docstring prompt below the 4-bit model's judgment, so
-    prompts under 1,536 tokens (its shortest 2k case, over every 1k one) run whole."""
+def test_qwen_cuts_where_the_question_points_from_1536_tokens():
+    """Qwen2.5-Coder's calibration on the real-document questions at 2k and every scored family
+    at 1k and 2k (gold answers, stock's judgment, the 4-bit reference): the point rule with its
+    second cut at 67% kept every right answer; at 1k a summary's question pointed and lost, so
+    prompts under 1,536 tokens run whole. Its `fast` stays the mass rule that prunes every
+    prompt (benchmarks/studies/2026-12-02-real-prompts/)."""
     default = resolve_preset("default", "qwen2.5-coder-0.5b")
-    assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
+    assert (default.mass, default.least, default.point, default.dense) == (0.8, 0.25, 0.5, 1.0)
+    assert default.schedule == ((0.24, 1.0), (0.67, 1.0))
     assert default.min_prompt == resolve_preset("gentle", "qwen2.5-coder-0.5b").min_prompt == 1536
-    assert resolve_preset("fast", "qwen2.5-coder-0.5b").min_prompt == 256  # a trade: no gate
+    fast = resolve_preset("fast", "qwen2.5-coder-0.5b")
+    assert fast.min_prompt == 256 and not fast.point  # a trade: no gate, no question needed
+    assert default == replace(PRESETS["default"], min_prompt=1536)  # the built-in rule, gated
+
+
+# The mass rule Qwen2.5-Coder shipped before its point rule (2026-11-28 to 2026-12-01).
+MASS_SCHEDULE = ((0.24, 1.0), (0.57, 1.0))
 
 
 def test_smollm2_ships_qwens_mass_rule_as_its_default():
@@ -150,7 +159,7 @@ def test_smollm2_ships_qwens_mass_rule_as_its_default():
     answers but not the open ones."""
     default = resolve_preset("default", "smollm2-135m")
     assert calibrated("smollm2-135m") and default.prunes
-    assert default == replace(resolve_preset("default", "qwen2.5-coder-0.5b"), min_prompt=256)
+    assert default.schedule == MASS_SCHEDULE and default.min_prompt == 256
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
     assert resolve_preset("gentle", "smollm2-135m").least == 0.625
     assert resolve_preset("sparse", "smollm2-135m").schedule == default.schedule
@@ -168,7 +177,7 @@ def test_gemma3_ships_the_mass_rule_with_a_tighter_dense_gate():
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.03)
     assert default.min_prompt == resolve_preset("gentle", "gemma3-270m").min_prompt == 1792
     assert resolve_preset("fast", "gemma3-270m").min_prompt == 256  # a trade: no gate
-    assert default.schedule == resolve_preset("default", "qwen2.5-coder-0.5b").schedule
+    assert default.schedule == MASS_SCHEDULE
     assert resolve_preset("gentle", "gemma3-270m").least == 0.625
     assert resolve_preset("fast", "gemma3-270m") == resolve_preset("fast", "qwen2.5-coder-0.5b")
     for name in ("sparse", "static", "random", "paper"):
