@@ -111,7 +111,7 @@ def bench(
     process) and on the chain of all ranks, side by side; rank 0 prints the table.
     """
     from lazymlx.evals.outcome import strategy
-    from lazymlx.evals.timing import against_one_process, beside_the_chain, run_header
+    from lazymlx.evals.timing import against_one_process, beside_the_chain, prompt_kinds, run_header
     from lazymlx.evals.timing import bench as run_bench
 
     check_format(output)
@@ -121,7 +121,8 @@ def bench(
     ranks = _bench_group(parallel, model, presets, lengths)
     loaded, tokenizer = load_model(model)
     strategies, where = beside_the_chain(loaded, presets, ranks)
-    total = len(lengths) * (1 + len(strategies)) * (repeats + 1)
+    runs = 1 + len(prompt_kinds(prompt)) * repeats  # a warm-up, then each prompt's repeats
+    total = len(lengths) * (1 + len(strategies)) * runs
     with run_progress(total) as advance:
         rows = run_bench(
             loaded, tokenizer, lengths, strategies, prompt, gen_len, repeats, on_run=advance,
