@@ -196,6 +196,9 @@ def test_bench_prompt_kinds(tiny, tmp_path: Path):
     code = bench_prompt(tokenizer, "code", 600)  # real source code, a constant asked
     assert len(code.tokens) <= 600 and code.answer in tokenizer.decode(code.tokens)
     assert code.tokens != passkey.tokens
+    option = bench_prompt(tokenizer, "real-option", 600)  # a flag's short and long names
+    assert option.right(f"the option is {option.answer}")
+    assert all(option.right(alias) for alias in option.aliases) and not option.right("--nothing")
     text = tmp_path / "doc.txt"
     text.write_text("the cat sat on the mat. " * 200)
     assert len(bench_prompt(tokenizer, str(text), 100).tokens) == 100

@@ -58,6 +58,13 @@ def prompt_kinds(prompt: str) -> list[str]:
 class BenchPrompt:
     tokens: list[int]
     answer: str | None  # the gold answer of a retrieval prompt, None for random tokens or a file
+    aliases: tuple[str, ...] = ()  # other right answers (an option's short flag)
+
+    def right(self, text: str) -> bool | None:
+        """Whether an output holds the answer (or an alias); None where there is none."""
+        if self.answer is None:
+            return None
+        return any(holds_answer(text, answer) for answer in (self.answer, *self.aliases))
 
 
 def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPrompt:
@@ -70,7 +77,7 @@ def bench_prompt(tokenizer: TokenizerWrapper, kind: str, length: int) -> BenchPr
     """
     if kind in SINGLE_PROMPT:
         case = make_case(kind, tokenizer, length, PROMPT_SEED, "calibration")
-        return BenchPrompt(prompt_tokens(tokenizer, case), case.gold)
+        return BenchPrompt(prompt_tokens(tokenizer, case), case.gold, case.aliases)
     if kind == "random":
         special = max(tokenizer.all_special_ids, default=0) + 1
         rng = np.random.default_rng(length)
@@ -186,7 +193,7 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 def _row(mode: str, runs: list[Run], baseline: list[Run], prompt: BenchPrompt) -> dict:
     ttft, ttft_std = _mean_std([r.ttft_s for r in runs])
     first = runs[0]
-    right = None if prompt.answer is None else holds_answer(first.text, prompt.answer)
+    right = prompt.right(first.text)
     return {
         "mode": mode,
         "prompt_tokens": first.prompt_tokens,
