@@ -2,6 +2,7 @@
 
 .venv/bin/python benchmarks/tables.py card benchmarks/results/models/*/card.json
 .venv/bin/python benchmarks/tables.py bench benchmarks/results/models/*/bench_2k.json
+.venv/bin/python benchmarks/tables.py workload benchmarks/results/models/*/bench_workload_*.json
 .venv/bin/python benchmarks/tables.py eval benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py families benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
@@ -46,6 +47,38 @@ def bench_table(paths: list[Path]) -> str:
                 f"| {r['speedup']:.2f}x "
                 f"| {r['compute_fraction']:.0%} | {r['generation_tps']:.1f} "
                 f"| {r['peak_memory_gb']:.2f} | {_yes_no(r['answer_correct'])} "
+                f"| {'yes' if r['answer_matches_baseline'] else 'no'} |"
+            )
+    return "\n".join(lines)
+
+
+def workload_table(paths: list[Path]) -> str:
+    """`lazymlx bench --prompt workload` runs: per prompt each preset's work, TTFT, decode and
+    peak memory against stock's on the same prompt, and its answer; then per preset the
+    geometric mean of the TTFT ratios."""
+    columns = ("model", "tokens", "prompt", "mode", "work done", "TTFT vs stock")
+    columns += ("decode vs stock", "peak vs stock", "answer right", "stock's tokens")
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for run in map(json.loads, (path.read_text() for path in paths)):
+        stock = {r["prompt"]: r for r in run["rows"] if r["mode"] == BASELINE}
+        model = Path(run["model"]).name
+        for r in run["rows"]:
+            if r["mode"] == BASELINE:
+                continue
+            if r["prompt"].startswith("geometric mean"):
+                lines.append(
+                    f"| {model} | {r['length']} | **{r['prompt']}** | {r['mode']} "
+                    f"| {r['compute_fraction']:.0%} | **{r['speedup']:.2f}x** | — | — "
+                    f"| pruned {r['pruned']} | {r['answer_matches_baseline']} |"
+                )
+                continue
+            base = stock[r["prompt"]]
+            lines.append(
+                f"| {model} | {r['prompt_tokens']} | {r['prompt']} | {r['mode']} "
+                f"| {r['compute_fraction']:.0%} | {r['speedup']:.2f}x "
+                f"| {r['generation_tps'] / base['generation_tps']:.2f}x "
+                f"| {r['peak_memory_gb'] / base['peak_memory_gb']:.2f}x "
+                f"| {_yes_no(r['answer_correct'])} (stock {_yes_no(base['answer_correct'])}) "
                 f"| {'yes' if r['answer_matches_baseline'] else 'no'} |"
             )
     return "\n".join(lines)
@@ -300,6 +333,7 @@ def freeform_table(paths: list[Path]) -> str:
 TABLES = {
     "card": card_table,
     "bench": bench_table,
+    "workload": workload_table,
     "eval": eval_table,
     "families": families_table,
     "freeform": freeform_table,

@@ -40,10 +40,10 @@ QUOTE = re.compile(
     r"(?P<before>built-in )?`(?P<preset>[a-z][\w-]*)`(?: rule)?"
     rf"(?:[ (:]*`?|[,:] [^`;.()@\d]{{1,60}}, )(?:mass(?P<mass>[\d.]+) )?"
     rf"(?P<schedule>{STEP}(?: {STEP})*)(?: least(?P<least>[\d.]+))?(?: dense(?P<dense>[\d.]+))?"
-    r"(?: sparse| revive)?(?: from(?P<min_prompt>\d+))?"
+    r"(?: point(?P<point>[\d.]+))?(?: sparse| revive)?(?: from(?P<min_prompt>\d+))?"
 )
 # a mass rule's knobs and its gate, as quoted and as LazyConfig names them
-KNOBS = ("mass", "least", "dense", "min_prompt")
+KNOBS = ("mass", "least", "dense", "point", "min_prompt")
 UNGATED = PRESETS["gentle"].min_prompt  # the gate a preset quoted without " fromN" has
 # a sentence ends at . ! or ? (and a closing bracket or quote) before a space; an abbreviation
 # does not end one
