@@ -421,6 +421,8 @@ harness() {
   mkdir -p benchmarks/results/harness
   $lazymlx evaluate -m smollm2-135m --tasks niah_single_1 --limit 3 --lazy off,default \
     > benchmarks/results/harness/smollm2_niah_single_1_4k.md
+  $lazymlx evaluate -m smollm2-135m --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
+    --lazy off,default -o json > benchmarks/results/harness/smollm2_ruler_2k.json
 }
 
 tables() {
