@@ -1,4 +1,4 @@
-"""Context parallelism (lazymlx/context_parallel.py) measured, and its TTFT modelled.
+"""Context parallelism (lazymlx/parallel/context_parallel.py) measured, and its TTFT modelled.
 
 Three jobs:
 
@@ -25,7 +25,7 @@ Three jobs:
         --output benchmarks/results/cp_model_qwen.json
 
 The model is a model: it says what the chain's schedule costs given those times, not what a
-group of Macs measures. It replays the chain as lazymlx/context_parallel.py runs it: a rank
+group of Macs measures. It replays the chain as lazymlx/parallel/context_parallel.py runs it: a rank
 projects its slice, takes the earlier rows, posts them with its own to the next rank and attends
 while they travel, waiting for the send once its compute is done; rank 0 ranks a pruning layer
 before its own attention; the chain before that overlap (`serial_*`) is replayed beside it.
@@ -61,14 +61,15 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import LazyState, context_parallel, distributed
-from lazymlx.context_parallel import partition, weighted_costs
+from lazymlx import LazyState
 from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.engine.prefill import prompt_step
 from lazymlx.evals.calibrate import preset_or_candidate
 from lazymlx.evals.timing import bench_prompt
 from lazymlx.lengths import parse_lengths
+from lazymlx.parallel import context_parallel, distributed
+from lazymlx.parallel.context_parallel import partition, weighted_costs
 
 MACHINE = "2 shared CPU cores, MLX CPU (fp32), ranks on loopback (ring backend)"
 # Qwen2.5-Coder-0.5B's layers (Llama-shaped: its q/k/v biases cost nothing to speak of), for
@@ -124,7 +125,7 @@ def chain_rank(args: argparse.Namespace) -> None:
     step."""
     joined = distributed.join() if "MLX_RANK" in os.environ else None
     if joined is not None:
-        from lazymlx import collectives
+        from lazymlx.parallel import collectives
 
         collectives.set_group(None)
         context_parallel.join(joined)
@@ -464,7 +465,7 @@ def replay_chain(
     recutting: tuple[float, float] | None = None,
 ) -> float:
     """The time rank 0 has its logits and every Aux slot, the chain replayed as
-    lazymlx/context_parallel.py runs it (positions 0..n-1 along it, rank 0 last).
+    lazymlx/parallel/context_parallel.py runs it (positions 0..n-1 along it, rank 0 last).
 
     Per layer a rank projects its slice (beside its wait for the earlier rows), takes the
     earlier rows (one message: positions, keys and values, at a pruning layer the last

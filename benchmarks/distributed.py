@@ -33,11 +33,12 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from lazymlx import LazyState, collectives, distributed
+from lazymlx import LazyState
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import PREFILL_CHUNK, prompt_step
 from lazymlx.evals.timing import bench_prompt, header
 from lazymlx.lengths import parse_lengths
+from lazymlx.parallel import collectives, distributed
 from lazymlx.prompts import everyday_prompts, holds_answer
 
 MODES = {"off": None, "gentle": PRESETS["gentle"]}

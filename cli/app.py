@@ -81,7 +81,7 @@ def _main(
 def _join_group(argv: list[str]) -> None:
     """Under mlx.launch every rank runs the command and rank 0 alone writes: join the group
     first, so a rank that never connects fails before any work."""
-    from lazymlx import collectives, distributed
+    from lazymlx.parallel import collectives, distributed
 
     follow_rank_zero(int(os.environ[RANK_ENV]))
     distributed.join()
@@ -101,7 +101,7 @@ def _run(argv: list[str]) -> object:
     """The command; under mlx.launch, as one rank of the group."""
     if RANK_ENV not in os.environ:
         return app(args=argv, prog_name="lazymlx", standalone_mode=False)
-    from lazymlx import context_parallel
+    from lazymlx.parallel import context_parallel
 
     try:
         _join_group(argv)
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     except RuntimeError as error:  # a rank of the group gone: this one's line, then it stops
         if not in_group():
             raise
-        from lazymlx import distributed
+        from lazymlx.parallel import distributed
 
         distributed.fail(error)
     sys.exit(code if isinstance(code, int) else 0)

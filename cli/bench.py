@@ -199,8 +199,8 @@ def _bench_group(parallel: str, model: str, presets, lengths: list[int]) -> int:
                 "--lazy off is stock mlx-lm, which runs on rank 0 alone (the baseline row); "
                 "--lazy keep-all times lazymlx's engine keeping every token on the chain"
             )
-        from lazymlx import collectives
-        from lazymlx.context_parallel import MIN_SLICE
+        from lazymlx.parallel import collectives
+        from lazymlx.parallel.context_parallel import MIN_SLICE
 
         ranks = collectives.group().size()
         if min(lengths) < MIN_SLICE * ranks:
@@ -221,7 +221,7 @@ def _parallel_note(parallel: str, ranks: int) -> dict:
             "(every rank the whole model); stock on rank 0 alone"
         }
     if in_group():
-        from lazymlx import collectives
+        from lazymlx.parallel import collectives
 
         size = collectives.group().size()
         return {"parallel": f"tensor: the model split over {size} ranks, every row"}

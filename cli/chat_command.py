@@ -46,8 +46,8 @@ def chat(
     )
     preflight(model)
     from lazymlx.cli.chat import ChatFiles, answer
-    from lazymlx.collectives import on_leader
     from lazymlx.contexts import check_save_path
+    from lazymlx.parallel.collectives import on_leader
     from lazymlx.session import ChatSession
 
     prompt = _one_message(prompt, model)

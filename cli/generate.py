@@ -67,8 +67,8 @@ def generate(
     if readonly and not prompt_cache_file:
         raise LazymlxError("--prompt-cache-readonly reads a context file: add --prompt-cache-file")
     preflight(model)
-    from lazymlx.collectives import on_leader
     from lazymlx.contexts import check_save_path, save_context
+    from lazymlx.parallel.collectives import on_leader
 
     prompt = _prompt_text(prompt, raw, system)
     if prompt_cache_file and not readonly:

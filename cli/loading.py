@@ -40,8 +40,8 @@ def preflight(model: str) -> None:
 
 def load_model(model: str):
     """The model, split over the group when mlx.launch started this process (every rank loads)."""
-    from lazymlx import collectives
     from lazymlx.models.loading import load
+    from lazymlx.parallel import collectives
 
     preflight(model)
 
@@ -53,21 +53,21 @@ def in_group() -> bool:
     """Whether this process is one rank of several (mlx.launch); MLX is imported only if so."""
     if RANK_ENV not in os.environ:
         return False
-    from lazymlx import collectives, context_parallel
+    from lazymlx.parallel import collectives, context_parallel
 
     return collectives.group() is not None or context_parallel.chain() is not None
 
 
 def join_parallel(parallel: str, model: str) -> None:
     """--parallel context under mlx.launch: the group runs prompt steps as a chain
-    (lazymlx/context_parallel.py) instead of sharding the model. Rank 0 goes on with the
+    (lazymlx/parallel/context_parallel.py) instead of sharding the model. Rank 0 goes on with the
     command alone; every other rank loads the whole model, runs its slice of each prompt rank 0
     starts, and ends here when rank 0 is done."""
     if parallel not in ("tensor", "context"):
         raise LazymlxError(f"--parallel is tensor or context, got {parallel!r}")
     if parallel == "tensor" or not in_group():
         return
-    from lazymlx import collectives, context_parallel
+    from lazymlx.parallel import collectives, context_parallel
 
     group = collectives.group()
     collectives.set_group(None)  # the engine runs as one process on every rank

@@ -13,8 +13,8 @@ from lazymlx.engine.config import DERIVED
 def calibration_note(preset: str, model: str) -> str | None:
     """What to say, once the model is loaded, when its presets were not calibrated on it: the
     built-in rules were chosen on other models, not checked on this one."""
-    from lazymlx import collectives
     from lazymlx.engine.presets import calibrated
+    from lazymlx.parallel import collectives
 
     if preset not in ("default", "gentle", "fast", *DERIVED) or collectives.rank() != 0:
         return None
@@ -33,7 +33,7 @@ def first_use_note(preset: str, model: str, loaded, quiet: bool = False) -> tupl
     (seconds, once per model): the moment a user first meets an uncalibrated model is the
     moment to say what calibrating costs. A quiet run shows no note, so it keeps the first use
     for later."""
-    from lazymlx import collectives
+    from lazymlx.parallel import collectives
 
     note = calibration_note(preset, model)
     # a group's ranks run the model together: rank 0 cannot time it alone

@@ -76,8 +76,8 @@ Verbose = Annotated[
 def lazy_config(preset: str, model: str) -> LazyConfig | None:
     """The engine's config for a preset name; 'off' is stock mlx-lm (None), which runs in one
     process, so a context-parallel chain (which runs the engine's prompt step) refuses it."""
-    from lazymlx import context_parallel, distributed
     from lazymlx.engine.presets import resolve_preset
+    from lazymlx.parallel import context_parallel, distributed
 
     if preset == "off":
         if context_parallel.chain() is not None:

@@ -54,8 +54,8 @@ def serve(
     parallel: Parallel = "tensor",
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
-    from lazymlx.collectives import on_leader
     from lazymlx.llm import LLM
+    from lazymlx.parallel.collectives import on_leader
     from lazymlx.server import Limits, exposure_warning, listen
     from lazymlx.server import serve as run_server
 

@@ -11,7 +11,7 @@ keeps asking about), least recently used first out, bounded by bytes.
 Context files are mlx-lm prompt-cache files whose metadata names the model and the preset that
 made them and the tokens they hold, so a context saved today continues tomorrow, and a file from
 another model is refused instead of silently producing nonsense. `save_context` and
-`load_context` are the one writer and reader. In a group of ranks (lazymlx/collectives.py) rank 0
+`load_context` are the one writer and reader. In a group of ranks (lazymlx/parallel/collectives.py) rank 0
 reads and writes the files, holding every rank's heads.
 """
 
@@ -33,13 +33,13 @@ from mlx_lm.models.cache import (
 )
 from mlx_lm.utils import common_prefix_len
 
-from lazymlx import collectives
 from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.complete import complete_all, pending
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import cached_length
+from lazymlx.parallel import collectives
 
 Cache = LazyState | list[Any]
 

@@ -13,4 +13,4 @@ class LazymlxWarning(UserWarning):
 class RankError(LazymlxError):
     """A failure of one rank of a distributed run alone (a file missing on its machine, its
     connection gone): each rank prints its own, while an error every rank meets alike (a bad
-    argument) is printed once, by rank 0 (lazymlx/distributed.py)."""
+    argument) is printed once, by rank 0 (lazymlx/parallel/distributed.py)."""

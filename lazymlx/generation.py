@@ -340,11 +340,11 @@ def _stream_generate(
     kwargs |= options
     report_start = None  # mlx-lm's generate_step reports 0 done first; the lazy step only per layer
     if lazy is not None:
-        model, report_start = _lazy_model(model, tokenizer, tokens, max_tokens, lazy, kwargs)
+        model, report_start = lazy_model(model, tokenizer, tokens, max_tokens, lazy, kwargs)
     yield from _timed(model, tokenizer, tokens, max_tokens, kwargs, waited, report_start)
 
 
-def _lazy_model(
+def lazy_model(
     model: nn.Module,
     tokenizer: TokenizerWrapper,
     tokens: mx.array,

@@ -16,7 +16,7 @@ computed (lazymlx/engine/complete.py), least recently used first, one layer chun
 request arriving waits at most for the unit in progress and the next question over a kept
 conversation finds its context whole.
 
-In a group of ranks (mlx.launch; lazymlx/distributed.py) rank 0's LLM takes the requests and hands
+In a group of ranks (mlx.launch; lazymlx/parallel/distributed.py) rank 0's LLM takes the requests and hands
 each to the other ranks before running it; theirs `follow()` and run the same (idle completion
 too, unit by unit, so every rank computes the same rows in the same order). They stop a
 cancelled request at the same token or layer as rank 0, and rank 0 beats every HEARTBEAT_S
@@ -40,7 +40,6 @@ import mlx.nn as nn
 from mlx_lm.server import _format_top_logprobs
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx import collectives, distributed
 from lazymlx.contexts import ContextPool
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
@@ -54,6 +53,7 @@ from lazymlx.generation import (
     resolve_lazy,
 )
 from lazymlx.models.registry import DEFAULT_MODEL
+from lazymlx.parallel import collectives, distributed
 from lazymlx.turn import render_chat, run_turn
 from lazymlx.worker import GENERATION_THREAD
 

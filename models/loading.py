@@ -11,7 +11,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx import distributed
 from lazymlx.errors import LazymlxError, LazymlxWarning
 from lazymlx.models.gguf import Progress, convert_gguf
 from lazymlx.models.registry import (
@@ -22,6 +21,7 @@ from lazymlx.models.registry import (
     models_dir,
     weights_variant,
 )
+from lazymlx.parallel import distributed
 from lazymlx.platform import blas_warning
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
@@ -115,7 +115,7 @@ def load(
 ) -> tuple[nn.Module, TokenizerWrapper]:
     """Load a model and its tokenizer with mlx-lm from any input `resolve` accepts.
 
-    group: a distributed group (mlx.launch; lazymlx/distributed.py): every rank of it calls
+    group: a distributed group (mlx.launch; lazymlx/parallel/distributed.py): every rank of it calls
     load, and each keeps its share of the model's heads and MLP (mlx-lm's own `model.shard`).
     """
     if warning := blas_warning():

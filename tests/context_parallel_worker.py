@@ -2,13 +2,13 @@
 
     context_parallel_worker.py MODEL OUT_DIR PROMPT CONFIGS [PROMPT_SEED]
 
-Every rank loads MODEL whole and joins the chain (lazymlx/context_parallel.py); rank 0 generates
+Every rank loads MODEL whole and joins the chain (lazymlx/parallel/context_parallel.py); rank 0 generates
 greedily for each config named in CONFIGS (comma-separated: keep-all, pruning, static, mass, point, or a
 preset of MODEL's such as fast), a second turn over the same context (on rank 0 alone), and
 writes what it kept to OUT_DIR/rank0.json and its context's arrays to OUT_DIR/<config>.npz; the
 other ranks follow. PROMPT is a count of random tokens, or passkey:COUNT for the bench's passkey
 prompt of about COUNT tokens (a real model's). Run without mlx.launch it is the one-process
-reference. Every rank joins as the CLI's do (lazymlx/distributed.py: join), so a rank that ends
+reference. Every rank joins as the CLI's do (lazymlx/parallel/distributed.py: join), so a rank that ends
 on a lost or stalled neighbour, or on mlx.launch's SIGTERM, writes its one line.
 
 CP_TEST_STALL=RANK:LAYER in the environment makes that rank stop itself (SIGSTOP) when its slice
@@ -31,9 +31,10 @@ import distributed_worker  # beside this file: the tensor-parallel worker
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import LazyConfig, LazyState, collectives, context_parallel, distributed
+from lazymlx import LazyConfig, LazyState
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.timing import bench_prompt
+from lazymlx.parallel import collectives, context_parallel, distributed
 
 # tests/distributed_worker.py's, without idle completion
 PRUNING = replace(distributed_worker.PRUNING, complete="off")
@@ -104,7 +105,7 @@ def main() -> None:
         if int(rank) == group.rank():
             stall_at(int(layer))
     model, tokenizer = lazymlx.load(model_path)
-    if not context_parallel.leading() and context_parallel.chain() is not None:
+    if context_parallel.chain() is not None and not context_parallel.chain().leads:
         context_parallel.follow(model)
         return
     if length.startswith("passkey:"):

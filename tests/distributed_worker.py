@@ -23,8 +23,9 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import LazyConfig, LazyState, collectives, distributed
+from lazymlx import LazyConfig, LazyState
 from lazymlx.contexts import Context, load_context, save_context
+from lazymlx.parallel import collectives, distributed
 
 PRUNING = LazyConfig(
     schedule=((0.25, 0.5), (0.5, 0.5)),

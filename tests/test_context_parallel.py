@@ -1,4 +1,4 @@
-"""Context-parallel prompt steps (lazymlx/context_parallel.py): the pieces in one process, then
+"""Context-parallel prompt steps (lazymlx/parallel/context_parallel.py): the pieces in one process, then
 real chains of 2 and 3 ranks on loopback (mlx.launch, ring backend, free ports) against one
 process, and a rank killed mid-step. Every process a test starts is ended by that test."""
 
@@ -20,11 +20,11 @@ import pytest
 from test_distributed import BIN, Launch, complete, error_lines, on_linux, serving
 
 from lazymlx import LazyConfig
-from lazymlx.context_parallel import STALL_LAYERS, Chain, Plan, partition, weighted_costs
-from lazymlx.distributed import free_ports
 from lazymlx.models.registry import DEFAULT_MODEL
 from lazymlx.models.tiny import write_tiny_model
-from lazymlx.watchdog import Watchdog
+from lazymlx.parallel.context_parallel import STALL_LAYERS, Chain, Plan, partition, weighted_costs
+from lazymlx.parallel.distributed import free_ports
+from lazymlx.parallel.watchdog import Watchdog
 
 WORKER = Path(__file__).parent / "context_parallel_worker.py"
 CONFIGS = "keep-all,pruning,static,mass,point"
@@ -252,8 +252,8 @@ def _quietly(ask, *args, **kwargs) -> None:
 
 
 def test_what_the_chain_cannot_run_is_refused_with_one_line(monkeypatch):
-    from lazymlx import context_parallel
     from lazymlx.errors import LazymlxError
+    from lazymlx.parallel import context_parallel
 
     pair = SimpleNamespace(size=lambda: 2, rank=lambda: 0)
     with pytest.raises(LazymlxError, match="at least 2 ranks"):
@@ -280,12 +280,14 @@ BENCH_REFUSALS = [
 
 @pytest.mark.parametrize("argv, message", BENCH_REFUSALS)
 def test_a_bench_a_chain_cannot_time_is_one_error_line(monkeypatch, capsys, argv, message):
-    from lazymlx import collectives, distributed
     from lazymlx.cli.app import main
+    from lazymlx.parallel import collectives, distributed
 
     monkeypatch.setenv("MLX_RANK", "0")
     monkeypatch.setattr(distributed, "join", lambda: None)
-    monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2, rank=lambda: 0))
+    monkeypatch.setattr(
+        collectives, "group", lambda: SimpleNamespace(size=lambda: 2, rank=lambda: 0)
+    )
     with pytest.raises(SystemExit) as exited:
         main(["bench", "-m", "smollm2-135m", *argv])
     err = capsys.readouterr().err

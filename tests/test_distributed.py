@@ -1,4 +1,4 @@
-"""Tensor-parallel lazy inference across ranks (lazymlx/distributed.py).
+"""Tensor-parallel lazy inference across ranks (lazymlx/parallel/distributed.py).
 
 The fast tests check the pieces in one process; the slow ones run real groups: ranks that
 mlx.launch starts on loopback (ring backend, free ports), tiny random models with 2 ranks and
@@ -28,9 +28,10 @@ import pytest
 from conftest import random_model, random_tokens
 from mlx_lm.models.cache import save_prompt_cache
 
-from lazymlx import LazyConfig, LazyState, collectives, distributed
+from lazymlx import LazyConfig, LazyState
 from lazymlx.cli.app import main
 from lazymlx.contexts import Context, load_context, save_context
+from lazymlx.engine import hooks
 from lazymlx.engine.blocks import attention_probs, attention_scores
 from lazymlx.engine.config import PRESETS
 from lazymlx.engine.prefill import prompt_step
@@ -38,6 +39,7 @@ from lazymlx.engine.presets import save_preset
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.llm import Stream, _message, _Request, _shared_request
 from lazymlx.models.registry import DEFAULT_MODEL
+from lazymlx.parallel import collectives, distributed
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).parent / "distributed_worker.py"
@@ -94,7 +96,7 @@ def test_pruning_scores_are_reduced_over_every_ranks_heads(monkeypatch):
     keys = mx.random.normal((1, 4, 40, 16), key=mx.random.key(2))
     whole = attention_scores(attention_probs(queries, keys, 0.25))
     sent = []
-    monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2))
+    monkeypatch.setattr(hooks, "heads_group", lambda: SimpleNamespace(size=lambda: 2))
     monkeypatch.setattr(mx.distributed, "all_sum", lambda x, group: sent.append(x) or x)
     for rank in range(2):  # rank r holds query heads 4r..4r+3 and KV heads 2r..2r+1
         own = attention_probs(queries[:, 4 * rank : 4 * rank + 4], keys[:, 2 * rank : 2 * rank + 2], 0.25)  # fmt: skip
@@ -163,7 +165,9 @@ def test_under_mlx_launch_what_needs_one_process_is_one_error_line(
 ):
     monkeypatch.setenv("MLX_RANK", "0")
     monkeypatch.setattr(distributed, "join", lambda: None)
-    monkeypatch.setattr(collectives, "_group", SimpleNamespace(size=lambda: 2, rank=lambda: 0))
+    monkeypatch.setattr(
+        collectives, "group", lambda: SimpleNamespace(size=lambda: 2, rank=lambda: 0)
+    )
     with pytest.raises(SystemExit) as exited:
         main(argv)
     err = capsys.readouterr().err

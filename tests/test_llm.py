@@ -332,7 +332,7 @@ def test_a_request_during_completion_waits_for_one_unit_at_most(tiny_model_dir, 
 def test_a_group_runs_rank_0s_paced_units_alike_on_every_rank(tiny_model_dir, monkeypatch):
     """Rank 0 paces idle units by its own clock and hands each unit's tokens on; the other ranks
     run exactly those (a unit of other tokens would split a layer's collectives)."""
-    from lazymlx import collectives
+    from lazymlx.parallel import collectives
 
     document = "a document to keep and ask about later " * 12
     leader, follower = (LLM(str(tiny_model_dir), lazy=FILLING, idle=False) for _ in range(2))

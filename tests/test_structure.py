@@ -170,3 +170,57 @@ def _long_functions() -> Iterator[str]:
 
 def test_no_function_is_over_60_lines():
     assert list(_long_functions()) == []
+
+
+# what the engine may import of the rest of the package: it runs below everything else, and a
+# parallel group hands it what it changes through lazymlx/engine/hooks.py
+ENGINE_MAY_IMPORT = ("lazymlx.engine", "lazymlx.errors", "lazymlx.platform", "lazymlx.models")
+
+
+def test_the_engine_imports_nothing_above_it():
+    graph = _import_graph()
+    found = {
+        module: sorted(
+            target
+            for target in targets
+            if not any(
+                target == allowed or target.startswith(f"{allowed}.")
+                for allowed in ENGINE_MAY_IMPORT
+            )
+        )
+        for module, targets in graph.items()
+        if module.startswith("lazymlx.engine")
+    }
+    assert found and {module: above for module, above in found.items() if above} == {}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_reads() -> Iterator[str]:
+    """Every read of another module's private name: `module._name` on a module of the package
+    imported by name, or `from module import _name`."""
+    modules = _modules()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        bound = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif node.module in modules and _private(alias.name):
+                        yield f"{name}: from {node.module} import {alias.name}"
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and _private(node.attr)
+            ):
+                yield f"{name}: {bound[node.value.id]}.{node.attr}"
+
+
+def test_no_module_reads_another_modules_private_names():
+    assert sorted(set(_private_reads())) == []

@@ -1,4 +1,4 @@
-"""The stall deadline (lazymlx/watchdog.py): armed around a wait, it ends the rank with one line
+"""The stall deadline (lazymlx/parallel/watchdog.py): armed around a wait, it ends the rank with one line
 naming what it waited for; disarmed in time, it does nothing."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from lazymlx import distributed
 from lazymlx.errors import LazymlxError
-from lazymlx.watchdog import STALL_TIMEOUT_ENV, Watchdog, stall_timeout
+from lazymlx.parallel import distributed
+from lazymlx.parallel.watchdog import STALL_TIMEOUT_ENV, Watchdog, stall_timeout
 
 
 @pytest.fixture

@@ -2,6 +2,5 @@
 one block over chosen tokens (blocks) -> the lazy prompt step (prefill), the decode policies
 (decode) and idle completion (complete) -> the model as mlx-lm's decode loop calls it (model).
 Beside them: presets, the chat template's closing tokens (templates), Ctrl-C held mid-step
-(interrupts) and whole-file writes (atomic). Of the app layer it imports only the models'
-adapters, the errors, a tensor-parallel group's collectives (lazymlx/collectives.py) and, in
-model.py, the context-parallel chain a first prompt may run on (lazymlx/context_parallel.py)."""
+(interrupts) and whole-file writes (atomic). Of the rest of lazymlx it imports only the errors, the platform module and the models' adapters
+and registry; a parallel group (lazymlx/parallel/) hands it what it changes through hooks."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx import collectives
+from lazymlx.engine import hooks
 from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.models.adapters import LlamaAdapter
 from lazymlx.platform import on_cuda
@@ -139,13 +139,13 @@ def attention_scores(probs: mx.array) -> mx.array:
     """Each row's pruning score: the probabilities averaged over the w queries and over the
     heads (the paper's reduction).
 
-    Under tensor parallelism (lazymlx/collectives.py) a rank holds only its share of the heads,
+    Under tensor parallelism (lazymlx/engine/hooks.py) a rank holds only its share of the heads,
     and ranking its own would keep other tokens than the other ranks and split their caches: the
     mean runs over the whole group's heads, and an all_sum result is the same on every rank, so
     every rank ranks bit-identical scores and keeps the same tokens.
     """
     probs = probs.mean(axis=2)
-    group = collectives.group()
+    group = hooks.heads_group()
     if group is None:
         return probs.mean(axis=(0, 1))
     heads = probs.shape[0] * probs.shape[1]
@@ -156,5 +156,5 @@ def attention_peak(probs: mx.array) -> mx.array:
     """(w, rows): the most attention any one head pays each row from each of the w queries,
     over the whole group's heads under tensor parallelism: where a question points."""
     peak = probs.max(axis=(0, 1))
-    group = collectives.group()
+    group = hooks.heads_group()
     return peak if group is None else mx.distributed.all_max(peak, group=group)

@@ -27,7 +27,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import _BaseCache
 
-from lazymlx import collectives
+from lazymlx.engine import hooks
 from lazymlx.engine.config import LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
@@ -413,7 +413,7 @@ class LazyState(list):
         ) * self.dtype.size
         scores = a.num_heads * min(tokens, 2048) * tokens * 4
         needed = weights + tokens * per_token + scores
-        available = collectives.smallest(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        available = hooks.smallest(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         if needed > 0.8 * available:
             raise LazymlxError(
                 f"{tokens} tokens of context need about {needed / 1e9:.1f} GB for weights, keys, "

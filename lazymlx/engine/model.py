@@ -15,13 +15,12 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx import context_parallel
-from lazymlx.engine import policy
+from lazymlx.engine import hooks, policy
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.decode import forward_step, revive_step
 from lazymlx.engine.interrupts import interrupts_deferred
-from lazymlx.engine.prefill import Progress
+from lazymlx.engine.prefill import Progress, prompt_step
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,9 @@ class LazyModel(nn.Module):
         revives = config.prunes and config.prompt_revive and state.offset > 0
         revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
         # rank 0 of a context-parallel group runs a first prompt on the chain, pruned or not
-        chained = context_parallel.leading() and state.offset == 0
-        self.lazy_prompt = self.prune_own or revives or chained
+        chain = hooks.first_prompt_step() if state.offset == 0 else None
+        self.prompt_step = chain or prompt_step
+        self.lazy_prompt = self.prune_own or revives or chain is not None
         self.pending: list[mx.array] = []  # the prompt's chunks, for the lazy prompt step
         self.decoded = 0  # decode steps run with revival
         pairs = prompt_length * state.num_layers
@@ -86,7 +86,7 @@ class LazyModel(nn.Module):
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
             tokens = mx.concatenate(self.pending)
-            step = context_parallel.lazy_prompt_step(
+            step = self.prompt_step(
                 state, tokens, self.config, self.chunk, self.progress, self.prune_own, self.tail,
                 self.asked,
             )  # fmt: skip

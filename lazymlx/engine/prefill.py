@@ -198,11 +198,11 @@ def prompt_step(
         how = step.phase.said(state.num_layers, bool(config.point))
         return PromptResult(logits, revived, how)
     except BaseException:
-        _roll_back(step, start)
+        roll_back(step, start)
         raise
 
 
-def _roll_back(step: Step, start: int) -> None:
+def roll_back(step: Step, start: int) -> None:
     """Drop every row the step added (its own tokens', and revived tokens' from the layer they
     resumed at; a sliding window may have dropped older rows meanwhile, so by position, not by
     count) and put the revived tokens' Aux entries back."""

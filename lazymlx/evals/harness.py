@@ -36,8 +36,8 @@ from lazymlx.errors import LazymlxError
 from lazymlx.generation import (
     GENERATION_LOCK,
     LazyStats,
-    _lazy_model,
     check_context,
+    lazy_model,
     stream_generate,
 )
 
@@ -193,7 +193,7 @@ class LazyLM(MLXLM):
         context, one decode step a token."""
         tokens = mx.array(prefix, dtype=mx.uint32)
         options: dict[str, Any] = {}
-        wrapped, _ = _lazy_model(
+        wrapped, _ = lazy_model(
             self._model, self.tokenizer, tokens, max(map(len, tails)), self.config, options
         )
         state = options["prompt_cache"]

@@ -235,8 +235,8 @@ def beside_the_chain(
     """On a context-parallel chain (ranks > 0) each strategy twice, on rank 0 alone and on the
     chain (its mode then says "on N ranks"), and `bench`'s `where` for them; else the
     strategies as they are, run where the caller runs."""
-    from lazymlx import context_parallel
     from lazymlx.engine.cache import LazyState
+    from lazymlx.parallel import context_parallel
 
     if not ranks:
         return strategies, None

@@ -38,7 +38,7 @@ that meets the stream's error and, cleaning up, waits for that stream to drain (
 reverted in 30893b4, hung there). With one in flight the failed message is the one waited for,
 and its error ends the rank with its one line.
 
-Every wait on a neighbour inside a step has a deadline (lazymlx/watchdog.py,
+Every wait on a neighbour inside a step has a deadline (lazymlx/parallel/watchdog.py,
 LAZYMLX_STALL_TIMEOUT): a rank that stalls with its connections open ends the chain with one
 line per rank, naming the rank and what it waited for. The wait for the next header is idle by
 design (rank 0 decodes, serves nobody, times one process) and has none: a rank 0 that dies
@@ -59,7 +59,7 @@ from functools import cache as cache_once  # the window's attention, computed on
 import mlx.core as mx
 import numpy as np
 
-from lazymlx import distributed
+from lazymlx.engine import hooks
 from lazymlx.engine.blocks import append_kv, attend, attention_scores
 from lazymlx.engine.cache import LazyKVCache, LazyState
 from lazymlx.engine.config import LazyConfig
@@ -71,13 +71,14 @@ from lazymlx.engine.prefill import (
     PromptResult,
     Ranker,
     Step,
-    _roll_back,
     cut_own,
     observed_queries,
     prompt_step,
+    roll_back,
 )
 from lazymlx.errors import LazymlxError, RankError
-from lazymlx.watchdog import Watchdog, stall_timeout
+from lazymlx.parallel import distributed
+from lazymlx.parallel.watchdog import Watchdog, stall_timeout
 
 MIN_SLICE = 64  # a prompt shorter than this per rank runs on rank 0 alone: hops would cost more
 STEP, STOP = 1, 0  # header kinds
@@ -246,15 +247,12 @@ def join(group: mx.distributed.Group) -> None:
             "launch with --backend ring (or jaccl), or use --parallel tensor"
         )
     _chain = Chain(group, Watchdog(stall_timeout()))
+    if _chain.leads:  # the engine runs a fresh context's prompt through the chain
+        hooks.set_first_prompt_step(lazy_prompt_step)
 
 
 def chain() -> Chain | None:
     return _chain
-
-
-def leading() -> bool:
-    """Whether this process is rank 0 of a context-parallel group (the one that decodes)."""
-    return _chain is not None and _chain.leads
 
 
 def check_model(state: LazyState) -> None:
@@ -414,10 +412,12 @@ def alone() -> Iterator[None]:
     wait for the next header), e.g. to time one process beside the chain (`lazymlx bench`)."""
     global _chain
     held, _chain = _chain, None
+    hooks.set_first_prompt_step(None)
     try:
         yield
     finally:
         _chain = held
+        hooks.set_first_prompt_step(lazy_prompt_step)
 
 
 def stop() -> None:
@@ -429,12 +429,13 @@ def stop() -> None:
     with suppress(RuntimeError):
         _chain.send(mx.array([STOP, 0], mx.int32), -1, "header")
     _chain = None
+    hooks.set_first_prompt_step(None)
 
 
 def follow(model: object) -> None:
     """A rank other than 0: run its slice of every chain step rank 0 starts, until it stops. A
     rank lost, stalled or out of step ends this process with one error line, as it ends every
-    other rank's (lazymlx/distributed.py: fail)."""
+    other rank's (lazymlx/parallel/distributed.py: fail)."""
     state = LazyState(model)
     check_model(state)
     try:
@@ -469,7 +470,7 @@ def lazy_prompt_step(
     runs here alone, as in one process. A progress callback that raises (a cancelled request)
     is obeyed once the chain has finished the step (the other ranks are mid-step): the step is
     then rolled back and the error raised. A rank lost or out of step ends this process with
-    one error line (lazymlx/distributed.py: fail), as it ends every other rank's.
+    one error line (lazymlx/parallel/distributed.py: fail), as it ends every other rank's.
     """
     if _chain is None or not _chain.leads:
         return prompt_step(state, tokens, config, chunk, progress, prune, tail, asked)
@@ -484,12 +485,12 @@ def lazy_prompt_step(
     try:
         logits = runner.run()
     except BaseException as error:
-        _roll_back(runner.step, 0)
+        roll_back(runner.step, 0)
         if isinstance(error, RuntimeError | RankError):  # a rank gone, or out of step
             distributed.fail(error)  # the chain can't go on: this rank's one line, and out
         raise
     if runner.cancelled is not None:
-        _roll_back(runner.step, 0)
+        roll_back(runner.step, 0)
         raise runner.cancelled
     how = runner.step.phase.said(state.num_layers, bool(config.point))
     return PromptResult(logits, 0, how)  # a first prompt: nothing earlier to revive

@@ -7,7 +7,7 @@ hidden states, logits and everything decided from them come out the same on ever
 does all I/O (prints, files, HTTP) and the others follow it: every rank runs the same command on
 the same inputs, so all enter each collective in the same order, and what only rank 0 knows (a
 file's contents, an HTTP request, a client gone) is handed to the others by
-lazymlx/collectives.py. This module joins the group, shards the model, and ends a rank that
+lazymlx/parallel/collectives.py. This module joins the group, shards the model, and ends a rank that
 cannot go on so that none is left waiting.
 
 A process that is not under mlx.launch (or is alone in its group) never joins one: everything
@@ -32,8 +32,8 @@ from typing import TypeVar
 import mlx.core as mx
 import mlx.nn as nn
 
-from lazymlx import collectives
 from lazymlx.errors import LazymlxError, RankError
+from lazymlx.parallel import collectives
 
 T = TypeVar("T")
 RANK_ENV = "MLX_RANK"  # set by mlx.launch on every process it starts

@@ -5,7 +5,7 @@ stalls with its connections open (a frozen Mac, a cable the OS has not noticed, 
 stopped) leaves them waiting with nothing to fail: MLX's send and receive have no time limit,
 and TCP may take many minutes to give up. So a rank arms a deadline before each wait on a peer
 (`waiting`) and disarms it after; if the wait outlasts it, a timer thread ends this rank with
-one line naming the rank and what it waited for (lazymlx/distributed.py: fail), and its
+one line naming the rank and what it waited for (lazymlx/parallel/distributed.py: fail), and its
 neighbours, whose connections to it then close, end in turn.
 
 A thread is enough: MLX releases Python's lock while it evaluates (a receive included), so the
@@ -22,12 +22,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lazymlx import distributed
 from lazymlx.errors import LazymlxError, RankError
+from lazymlx.parallel import distributed
 
 STALL_TIMEOUT_ENV = "LAZYMLX_STALL_TIMEOUT"
 # The floor of every deadline: a caller scales it up to what it expects a wait to take (the
-# chain: a few whole layers of the prompt, lazymlx/context_parallel.py), so the floor only has
+# chain: a few whole layers of the prompt, lazymlx/parallel/context_parallel.py), so the floor only has
 # to cover what no model of the work sees on a short prompt: a first kernel compilation, a
 # machine swapping or busy with other work. A minute, as MLX's own connection waits get.
 STALL_TIMEOUT_S = 60.0

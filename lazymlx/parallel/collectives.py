@@ -1,6 +1,6 @@
 """The collectives of a tensor-parallel group, below the engine and the apps alike.
 
-Every rank of a group (lazymlx/distributed.py joins one under mlx.launch) holds its share of
+Every rank of a group (lazymlx/parallel/distributed.py joins one under mlx.launch) holds its share of
 each block's heads; what must come out the same on every rank goes through here: the pruning
 scores' head average (lazymlx/engine/blocks.py), what rank 0 alone knows (a file, an HTTP
 request) handed to the others, a context file gathered from every rank's heads and read back
@@ -21,32 +21,31 @@ import mlx.core as mx
 import mlx_lm.models.cache as mlx_lm_cache
 import numpy as np
 
+from lazymlx.engine import hooks
 from lazymlx.errors import LazymlxError
 
 T = TypeVar("T")
 GROUP_SIZE = "group_size"  # context files: how many ranks saved them
 
-_group: mx.distributed.Group | None = None
-
 
 def group() -> mx.distributed.Group | None:
-    """The group this process's model is sharded over; None in one process."""
-    return _group
+    """The group this process's model is sharded over; None in one process (the engine holds
+    it: lazymlx/engine/hooks.py)."""
+    return hooks.heads_group()
 
 
 def rank() -> int:
-    return 0 if _group is None else _group.rank()
+    return 0 if group() is None else group().rank()
 
 
 def size() -> int:
-    return 1 if _group is None else _group.size()
+    return 1 if group() is None else group().size()
 
 
 def set_group(joined: mx.distributed.Group | None) -> None:
-    """The group this process's model is now sharded over (lazymlx/distributed.py); None when
-    its ranks run context-parallel instead (lazymlx/context_parallel.py), each model whole."""
-    global _group
-    _group = joined
+    """The group this process's model is now sharded over (lazymlx/parallel/distributed.py); None when
+    its ranks run context-parallel instead (lazymlx/parallel/context_parallel.py), each model whole."""
+    hooks.set_heads_group(joined)
 
 
 def _stream() -> mx.Stream:
@@ -59,29 +58,22 @@ def _stream() -> mx.Stream:
 
 def share(message: Any = None) -> Any:
     """Rank 0's JSON-able `message`, on every rank (the others pass nothing)."""
-    if _group is None:
+    if group() is None:
         return message
-    leader = _group.rank() == 0
+    leader = group().rank() == 0
     data = json.dumps(message).encode() if leader else b""
-    count = mx.distributed.all_sum(mx.array(len(data)), group=_group, stream=_stream()).item()
+    count = mx.distributed.all_sum(mx.array(len(data)), group=group(), stream=_stream()).item()
     buffer = mx.array(np.frombuffer(data, np.uint8)) if leader else mx.zeros((count,), mx.uint8)
-    received = mx.distributed.all_sum(buffer, group=_group, stream=_stream())
+    received = mx.distributed.all_sum(buffer, group=group(), stream=_stream())
     return json.loads(np.array(received).tobytes())
 
 
 def anyone(flag: bool) -> bool:
     """Whether `flag` is set on any rank: how ranks stop together (rank 0's client went away)."""
-    if _group is None:
+    if group() is None:
         return flag
-    total = mx.distributed.all_sum(mx.array(int(flag)), group=_group, stream=_stream())
+    total = mx.distributed.all_sum(mx.array(int(flag)), group=group(), stream=_stream())
     return total.item() > 0
-
-
-def smallest(value: float) -> float:
-    """The smallest of every rank's `value`, so all decide alike (the memory one machine has)."""
-    if _group is None:
-        return value
-    return mx.distributed.all_min(mx.array(float(value)), group=_group, stream=_stream()).item()
 
 
 def on_leader(function: Callable[..., T], *args: Any, shared: bool = False) -> T | None:
@@ -90,9 +82,9 @@ def on_leader(function: Callable[..., T], *args: Any, shared: bool = False) -> T
     Returns its result on rank 0 and None on the others, or, with `shared`, its (JSON-able)
     result on every rank.
     """
-    if _group is None:
+    if group() is None:
         return function(*args)
-    leader = _group.rank() == 0
+    leader = group().rank() == 0
     result, error = None, None
     if leader:
         try:
@@ -113,19 +105,19 @@ def whole_heads(
 
     Every rank must call it (it gathers); rank 0 writes what it returns.
     """
-    if _group is None:
+    if group() is None:
         return entries, metadata
     joined = []
     for entry in entries:
         state = [_gathered(item) for item in entry.state]
         joined.append(type(entry).from_state(state))
-    return joined, {**(metadata or {}), GROUP_SIZE: str(_group.size())}
+    return joined, {**(metadata or {}), GROUP_SIZE: str(group().size())}
 
 
 def _gathered(item: Any) -> Any:
     if not isinstance(item, mx.array) or item.ndim != 4:  # (batch, heads, rows, dim) is sharded
         return item
-    parts = mx.distributed.all_gather(item, group=_group, stream=_stream())
+    parts = mx.distributed.all_gather(item, group=group(), stream=_stream())
     mx.eval(parts)  # now, on every rank: only rank 0 ever reads the result
     return parts.reshape(1, -1, *item.shape[2:])
 
@@ -135,7 +127,7 @@ def read_context(
 ) -> tuple[list[Any], dict[str, str]]:
     """A context file's caches and metadata, read by rank 0 (`read`) and handed to every rank, each
     KV cache with this rank's heads; a file saved by a group of another size is refused."""
-    if _group is None:
+    if group() is None:
         entries, metadata = read()
         _check_group_size(metadata, path)
         return entries, metadata
@@ -176,7 +168,7 @@ def _broadcast(array: mx.array | None, described: dict[str, Any]) -> mx.array:
     if math.prod(shape) == 0:
         return mx.zeros(shape, dtype)
     mine = array if array is not None else mx.zeros(shape, dtype)
-    received = mx.distributed.all_sum(mine, group=_group, stream=_stream())
+    received = mx.distributed.all_sum(mine, group=group(), stream=_stream())
     mx.eval(received)  # now, on every rank, in the same order
     return received
 
@@ -184,8 +176,8 @@ def _broadcast(array: mx.array | None, described: dict[str, Any]) -> mx.array:
 def _heads_of_mine(array: mx.array) -> mx.array:
     if array.ndim != 4:
         return array
-    count = array.shape[1] // _group.size()
-    return array[:, _group.rank() * count : (_group.rank() + 1) * count]
+    count = array.shape[1] // group().size()
+    return array[:, group().rank() * count : (group().rank() + 1) * count]
 
 
 def _check_group_size(metadata: dict[str, str], path: Path) -> None:
