@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 from lazymlx.cli.console import err
-from lazymlx.engine.config import DERIVED
 
 
 def calibration_note(preset: str, model: str) -> str | None:
@@ -16,7 +15,7 @@ def calibration_note(preset: str, model: str) -> str | None:
     from lazymlx.engine.presets import calibrated
     from lazymlx.parallel import collectives
 
-    if preset not in ("default", "gentle", "fast", *DERIVED) or collectives.rank() != 0:
+    if preset not in ("default", "gentle", "fast") or collectives.rank() != 0:
         return None
     if calibrated(model):
         return None

@@ -237,7 +237,7 @@ def test_what_usage_says_of_the_registry_models_presets_holds():
     """usage.md says that every registry model's default keeps by attention mass, and that the
     derived presets (sparse, paper, static, random) follow it: change the docs with the
     shipped files."""
-    from lazymlx.engine.config import DERIVED
+    from lazymlx.evals.strategies import STRATEGIES, resolve
     from lazymlx.models.registry import REGISTRY
 
     usage = " ".join((REPO / "docs" / "usage.md").read_text().split())
@@ -246,5 +246,5 @@ def test_what_usage_says_of_the_registry_models_presets_holds():
     for model in REGISTRY:
         default = resolve_preset("default", model)
         assert default.prunes and default.mass, model
-        for name in DERIVED:
-            assert resolve_preset(name, model).schedule == default.schedule, (model, name)
+        for name in STRATEGIES:
+            assert resolve(name, model).schedule == default.schedule, (model, name)

@@ -24,6 +24,7 @@ from lazymlx.engine.presets import (
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.calibrate import candidate_config, candidate_configs
 from lazymlx.evals.records import NO_IDLE
+from lazymlx.evals.strategies import check_preset_name, resolve
 from lazymlx.models.registry import REGISTRY
 
 
@@ -45,10 +46,10 @@ def test_builtin_presets_and_the_comparison_strategies():
     gentle = resolve_preset("gentle", "any-model")  # built in: the fixed-ratio rule, as a trade
     assert gentle == PRESETS["gentle"] and gentle.prunes and gentle.decode == "revive"
     for selection in ("static", "random"):
-        variant = resolve_preset(selection, "any-model")
+        variant = resolve(selection, "any-model")
         assert variant.schedule == gentle.schedule
         assert variant.selection == selection and variant.decode == "sparse"
-    sparse = resolve_preset("sparse", "any-model")
+    sparse = resolve("sparse", "any-model")
     assert sparse.schedule == gentle.schedule and sparse.decode == "sparse"
     fast = resolve_preset("fast", "any-model")  # built in, not derived: the calibrated trade
     assert fast == PRESETS["fast"] and fast.prunes
@@ -73,7 +74,7 @@ def test_a_calibrated_default_moves_static_and_random_with_it():
     tuned = LazyConfig(schedule=((0.4, 0.6),))
     save_preset("m", "default", tuned, {})
     assert resolve_preset("default", "m") == tuned
-    assert resolve_preset("static", "m").schedule == tuned.schedule
+    assert resolve("static", "m").schedule == tuned.schedule
     assert resolve_preset("default", "other") == PRESETS["default"]
 
 
@@ -81,7 +82,7 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
     # a schedule of keep ratios of 1 prunes nothing: the strategies follow the gentle rule, and
     # calibration does not try that default as a candidate (its answers are stock's)
     save_preset("m", "default", LazyConfig(schedule=((0.5, 1.0),)), {})
-    assert resolve_preset("static", "m").schedule == PRESETS["gentle"].schedule
+    assert resolve("static", "m").schedule == PRESETS["gentle"].schedule
     assert "default" not in candidate_configs(resolve_preset("default", "m"))
     assert "default" in candidate_configs(PRESETS["gentle"])
 
@@ -95,19 +96,20 @@ def test_candidates_build_on_the_models_own_gentle_rule_as_its_strategies_do():
     default, own = resolve_preset("default", "m"), resolve_preset("gentle", "m")
     candidate = candidate_config(default, "0.5@24% 0.3@57%", own)
     assert (candidate.window, candidate.pool) == (4, 6)
-    assert resolve_preset("static", "m").window == 4
+    assert resolve("static", "m").window == 4
     assert candidate_config(default, "0.5@24% 0.3@57%").window == PRESETS["gentle"].window
 
 
 def test_preset_errors():
     with pytest.raises(
         LazymlxError,
-        match="choose one of: off \\(stock mlx-lm\\), keep-all, default, gentle, fast, sparse, "
-        "paper, static, random",
+        match="choose one of: off \\(stock mlx-lm\\), keep-all, default, gentle, fast$",
     ):
         resolve_preset("turbo", "m")
-    with pytest.raises(LazymlxError, match="'static' is a built-in strategy"):
-        save_preset("m", "static", LazyConfig(), {})
+    with pytest.raises(LazymlxError, match="'keep-all' is a built-in strategy"):
+        save_preset("m", "keep-all", LazyConfig(), {})
+    with pytest.raises(LazymlxError, match="'static' names a comparison strategy of bench"):
+        check_preset_name("static")
     presets_file().parent.mkdir(parents=True, exist_ok=True)
     presets_file().write_text("{not json")
     with pytest.raises(LazymlxError, match="cannot read saved presets in .*; fix or delete"):
@@ -125,7 +127,7 @@ def test_a_registry_models_shipped_presets_come_before_the_built_in_ones(tmp_pat
     assert not calibrated("some-model")
     ship_preset("some-model", "default", own, {"candidate": "0.3@40%"})
     assert calibrated("some-model") and resolve_preset("default", "some-model") == own
-    assert resolve_preset("sparse", "some-model").schedule == own.schedule  # derived from it
+    assert resolve("sparse", "some-model").schedule == own.schedule  # derived from it
     assert resolve_preset("default", "another-model") == PRESETS["default"]
     mine = LazyConfig(schedule=((0.5, 0.5),))
     save_preset("some-model", "default", mine, {})
@@ -162,7 +164,7 @@ def test_smollm2_ships_qwens_mass_rule_as_its_default():
     assert default.schedule == MASS_SCHEDULE and default.min_prompt == 256
     assert (default.mass, default.least, default.dense) == (0.8, 0.25, 0.04)
     assert resolve_preset("gentle", "smollm2-135m").least == 0.625
-    assert resolve_preset("sparse", "smollm2-135m").schedule == default.schedule
+    assert resolve("sparse", "smollm2-135m").schedule == default.schedule
     assert resolve_preset("fast", "smollm2-135m") == PRESETS["fast"]
 
 
@@ -181,7 +183,7 @@ def test_gemma3_ships_the_mass_rule_with_a_tighter_dense_gate():
     assert resolve_preset("gentle", "gemma3-270m").least == 0.625
     assert resolve_preset("fast", "gemma3-270m") == resolve_preset("fast", "qwen2.5-coder-0.5b")
     for name in ("sparse", "static", "random", "paper"):
-        assert resolve_preset(name, "gemma3-270m").schedule == default.schedule, name
+        assert resolve(name, "gemma3-270m").schedule == default.schedule, name
 
 
 def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
@@ -200,11 +202,11 @@ def test_every_registry_model_ships_its_own_calibrated_default_and_fast():
             built = candidate_config(PRESETS["gentle"], candidate)
             assert tuple(map(tuple, shipped[name]["config"]["schedule"])) == built.schedule
             if candidate == "keep-all":  # no candidate held: every prompt whole
-                assert not resolve_preset(name, model).prunes
+                assert not resolve(name, model).prunes
                 continue
             assert shipped[name]["config"]["min_prompt"] == built.min_prompt, (model, name)
             assert shipped[name]["config"]["decode"] == built.decode, (model, name)
-            assert resolve_preset(name, model).prunes
+            assert resolve(name, model).prunes
 
 
 def test_a_models_card_runs_whole_what_its_shipped_presets_do():

@@ -7,7 +7,7 @@ Depths are fractions of the model's layer count so one schedule fits SmolLM2's 3
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from lazymlx.errors import LazymlxError
@@ -321,34 +321,3 @@ PRESETS: dict[str, LazyConfig] = {
 PRESETS["fast"] = replace(
     PRESETS["gentle"], schedule=((0.24, 0.5), (0.57, 0.3)), decode="sparse", min_keep=0
 )
-
-
-def baseline_variant(config: LazyConfig, selection: str) -> LazyConfig:
-    """The paper's comparison strategies at a schedule: ranked statically or at random, and, like
-    one-shot pruning, never revived (decoding attends to the KV the prompt step left)."""
-    return replace(config, selection=selection, decode="sparse", prompt_revive=False)
-
-
-# Presets derived from a model's pruning_base (its default where that prunes, else its gentle).
-DERIVED: dict[str, Callable[[LazyConfig], LazyConfig]] = {
-    # decoding revives nothing: the new token attends to the KV the prompt step left
-    "sparse": lambda default: replace(default, decode="sparse"),
-    # LazyLLM's own rule (the last prompt token's head-averaged attention), same schedule
-    "paper": lambda default: replace(default, window=1, past_template=False, pool=0),
-    "static": lambda default: baseline_variant(default, "static"),
-    "random": lambda default: baseline_variant(default, "random"),
-}
-
-
-def pruning_base(default: LazyConfig, gentle: LazyConfig | None = None) -> LazyConfig:
-    """What schedules and the comparison strategies are built on: a model's default where it
-    prunes at its schedule's depths (its scoring and length rules), else its gentle rule, the
-    built-in one unless the model has its own: a default that runs whole scores nothing, and
-    one whose first cut waits for the question to point (`point`) cuts where the static and
-    random selections, which read no question, could not compare."""
-    if default.prunes and not default.point:
-        return default
-    return gentle or PRESETS["gentle"]
-
-
-PRESETS.update({name: derive(pruning_base(PRESETS["default"])) for name, derive in DERIVED.items()})

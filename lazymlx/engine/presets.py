@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import DERIVED, PRESETS, LazyConfig, pruning_base
+from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -90,18 +90,11 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
     (the CLI, `LLM`, `generate(lazy=...)`) resolves names here, but "off": that is stock
     mlx-lm (no config, lazy=None), which each entry point runs itself.
 
-    The presets derived from `default` (sparse, paper, static, random) follow the model's
-    own `default`, so the comparison strategies always prune exactly as much as the preset they
-    are compared to; where the default runs whole, they follow the model's `gentle` rule (its
-    own where it ships one).
+    Bench and eval run comparison strategies beside these (lazymlx/evals/strategies.py).
     """
     own = {} if model is None else shipped_presets(model) | saved_presets(model)
     if name in own:
         return own[name]
-    if name in DERIVED:
-        return DERIVED[name](
-            pruning_base(own.get("default", PRESETS["default"]), own.get("gentle"))
-        )
     if name in PRESETS:
         return PRESETS[name]
     if name == "off":
@@ -126,7 +119,7 @@ def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
     """Store a calibrated preset for a model (replacing one of the same name), atomically."""
-    if name in ("off", "keep-all") or name in DERIVED:
+    if name in ("off", "keep-all"):
         raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}

@@ -29,13 +29,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig, pruning_base
+from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
 from lazymlx.evals.scoring import bootstrap_interval
+from lazymlx.evals.strategies import pruning_base, resolve
 from lazymlx.evals.summary import ALL, summarize
 
 # Candidates built from a model's default (so they keep its scoring and length rules): the
@@ -109,8 +110,8 @@ def candidate_config(
     least share and the share past which a prompt runs whole after the steps ("mass0.9 1@24%
     0.5@57% least0.05 dense0.3 min256"); "point0.5" before the floor lets the first cut wait
     for the question to point at the text (LazyConfig.point). A schedule keeps
-    the rest of the model's pruning base (config.pruning_base): its default where that prunes,
-    else `gentle`, the model's own gentle rule (None: the built-in one), as presets.py builds
+    the rest of the model's pruning base (strategies.pruning_base): its default where that prunes,
+    else `gentle`, the model's own gentle rule (None: the built-in one), as lazymlx/evals/strategies.py builds
     the comparison strategies."""
     if name == "keep-all":  # what a model ships where no candidate holds: every prompt whole
         return PRESETS["keep-all"]
@@ -158,7 +159,7 @@ def preset_or_candidate(name: str, model: str | None) -> LazyConfig:
     or replay a rule no preset ships ("mass0.999 0.5@24% 0.3@57% sparse"). A name that is no
     rule (it has no "@") is an unknown preset, and said so."""
     try:
-        return resolve_preset(name, model)
+        return resolve(name, model)
     except LazymlxError:
         if "@" not in name:
             raise

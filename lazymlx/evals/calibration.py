@@ -56,6 +56,7 @@ from lazymlx.evals.search import (
     run_search,
     standing,
 )
+from lazymlx.evals.strategies import check_preset_name
 from lazymlx.evals.suite import Loader, Progress, journal_writer, load_suite, quietly
 from lazymlx.evals.timing import run_header
 from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths
@@ -282,6 +283,8 @@ def save_choice(
     default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
     day = head.get("date") or datetime.date.today().isoformat()  # today's when re-deciding
     names = ("default", "gentle", "fast") if ship else (name, f"{name}-gentle", f"{name}-fast")
+    for saved_name in names:
+        check_preset_name(saved_name)
     chosen = {"default": choice.chosen or ("keep-all" if ship else None), "fast": choice.fast}
     made = {key: candidate_config(default, c, gentle) for key, c in chosen.items() if c is not None}
     base = made["default"] if choice.chosen else made.get("fast")

@@ -17,7 +17,7 @@ import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.presets import resolve_preset
+from lazymlx.evals import strategies
 from lazymlx.evals.records import BASELINE
 from lazymlx.generation import stream_generate
 
@@ -33,7 +33,7 @@ class Strategy:
 
 
 def strategy(
-    preset: str, model: str, resolve: Callable[[str, str], LazyConfig] = resolve_preset
+    preset: str, model: str, resolve: Callable[[str, str], LazyConfig] = strategies.resolve
 ) -> Strategy:
     """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
     as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
