@@ -36,7 +36,6 @@ from mlx_lm.tokenizer_utils import (
     BPEStreamingDetokenizer,
     SPMStreamingDetokenizer,
     TokenizerWrapper,
-    _byte_decoder,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
@@ -243,6 +242,20 @@ class _StopFinder:
         return ready
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet read back: each symbol to the byte it stands for. The
+    printable bytes stand for themselves; the others were moved up to chr(256 + n), in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    moved = [byte for byte in range(256) if byte not in printable]
+    return {chr(byte): byte for byte in printable} | {
+        chr(256 + n): byte for n, byte in enumerate(moved)
+    }
+
+
+BYTE_LEVEL_ALPHABET = _byte_level_alphabet()
+
+
 class _Tokens:
     """A token's text and bytes for logprobs (a byte-level token may hold part of a character,
     whose bytes OpenAI's `bytes` field carries)."""
@@ -256,7 +269,7 @@ class _Tokens:
 
     def bytes(self, token: int) -> bytes:
         if isinstance(self.detokenizer, BPEStreamingDetokenizer):
-            symbols, table = self.tokenizer.convert_ids_to_tokens(token), _byte_decoder()
+            symbols, table = self.tokenizer.convert_ids_to_tokens(token), BYTE_LEVEL_ALPHABET
             return b"".join(bytes([table[c]]) if c in table else c.encode() for c in symbols or "")
         if isinstance(self.detokenizer, SPMStreamingDetokenizer):
             return self.detokenizer.tokenmap[token].replace("\u2581".encode(), b" ")
