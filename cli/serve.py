@@ -1,4 +1,4 @@
-"""`lazymlx serve`: the model behind an OpenAI-compatible HTTP API (lazymlx/server.py)."""
+"""`lazymlx serve`: the model behind an OpenAI-compatible HTTP API (lazymlx/server/)."""
 
 from __future__ import annotations
 
@@ -56,8 +56,9 @@ def serve(
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...)."""
     from lazymlx.llm import LLM
     from lazymlx.parallel.collectives import on_leader
-    from lazymlx.server import Limits, exposure_warning, listen
-    from lazymlx.server import serve as run_server
+    from lazymlx.server.app import exposure_warning, listen
+    from lazymlx.server.app import serve as run_server
+    from lazymlx.server.endpoints import Limits
 
     _check(max_tokens, api_key)
     join_parallel(parallel, model)

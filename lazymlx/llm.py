@@ -37,7 +37,6 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.server import _format_top_logprobs
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.contexts import ContextPool
@@ -420,7 +419,7 @@ class LLM:
             with contextlib.closing(turn):
                 for response in turn:
                     if request.logprobs is not None:
-                        response = _with_logprobs(response, request.logprobs, self.tokenizer)
+                        response = _with_logprobs(response, request.logprobs)
                     stop = collectives.anyone(_stopping(stream))  # and at the same token
                     if stop and response.finish_reason is None:
                         response.finish_reason = "cancelled"
@@ -462,12 +461,14 @@ def _shared_request(message: dict[str, Any]) -> _Request:
     )
 
 
-def _with_logprobs(response: Response, top: int, tokenizer: TokenizerWrapper) -> Response:
-    """The response with its token's log-probability and the `top` likeliest (mlx-lm's server
-    picks them), likeliest first, as host numbers."""
+def _with_logprobs(response: Response, top: int) -> Response:
+    """The response with its token's log-probability and the `top` likeliest (picked as mlx-lm's
+    server picks them: an argpartition), likeliest first, as host numbers."""
     vector = response.logprobs
-    likeliest = _format_top_logprobs(vector, min(top, vector.size), tokenizer)
-    pairs = sorted(((entry["id"], entry["logprob"]) for entry in likeliest), key=lambda p: -p[1])
+    top = min(top, vector.size)
+    ids = mx.argpartition(-vector, kth=top - 1)[:top].tolist() if top > 0 else []
+    likeliest = zip(ids, vector[ids].tolist(), strict=True) if ids else ()
+    pairs = sorted(likeliest, key=lambda p: -p[1])
     return dataclasses.replace(
         response, token_logprob=vector[response.token].item(), top_logprobs=tuple(pairs)
     )

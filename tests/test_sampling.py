@@ -10,11 +10,11 @@ import math
 import pytest
 from test_cli import run_main
 
-from lazymlx import server
 from lazymlx.cli.chat import run_command
 from lazymlx.errors import LazymlxError
 from lazymlx.llm import LLM
 from lazymlx.sampling import LIMITS, check_sampling, check_value, parse_value
+from lazymlx.server import bodies
 from lazymlx.session import ChatSession
 from lazymlx.worker import GENERATION_THREAD
 
@@ -92,14 +92,14 @@ def test_the_chat_refuses_the_same_values(tiny, capsys, name, value, takes):
 def test_the_server_refuses_the_same_values(name, value, takes):
     field = FIELDS.get(name, name)
     body = {"messages": [{"role": "user", "content": "hi"}], field: value}
-    with pytest.raises(server.Refusal) as refused:
-        server._parsed(json.dumps(body).encode(), server.ChatBody, chat=True)
+    with pytest.raises(bodies.Refusal) as refused:
+        bodies.parse_body(json.dumps(body).encode(), bodies.ChatBody, chat=True)
     assert (refused.value.status, refused.value.param) == (400, field)
     assert refused.value.message == f"{field} takes {takes}; got {value!r}"
 
 
 def test_every_limited_field_of_the_server_is_a_limit():
-    assert set(server.LIMITED_FIELDS.values()) <= set(LIMITS) | {"logit_bias"}
+    assert set(bodies.LIMITED_FIELDS.values()) <= set(LIMITS) | {"logit_bias"}
 
 
 @pytest.fixture(scope="module")

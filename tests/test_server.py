@@ -27,7 +27,9 @@ import lazymlx
 from lazymlx import LazyConfig
 from lazymlx.cli.app import app
 from lazymlx.llm import LLM
-from lazymlx.server import Limits, _Request, create_app, listen
+from lazymlx.server.app import create_app, listen
+from lazymlx.server.endpoints import Limits
+from lazymlx.server.pending import PendingRequest
 
 PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
 CHAT = [{"role": "user", "content": "the cat sat on the mat"}]
@@ -256,12 +258,12 @@ def test_bad_requests_get_an_openai_error_and_the_server_lives_on(server, body, 
 
 
 def test_stop_strings_cut_at_the_earliest_and_empty_ones_are_ignored():
-    from lazymlx.server import _StopFinder
+    from lazymlx.server.endpoints import StopFinder
 
-    finder = _StopFinder(["zz", "b"])
+    finder = StopFinder(["zz", "b"])
     assert finder.feed("a") == ("", False)  # held back: it may begin "zz"
     assert finder.feed("bzz") == ("a", True)
-    assert _StopFinder("").feed("abc") == ("abc", False)
+    assert StopFinder("").feed("abc") == ("abc", False)
 
 
 def test_a_chunked_oversize_body_is_refused(server):
@@ -545,7 +547,7 @@ def test_waiting_gives_a_prefills_size_until_it_reports_progress():
     was logged and kept alive as `prefill 0/1571 tokens`."""
 
     async def waiting(progress: tuple[int, int] | None) -> str:
-        request = _Request("chatcmpl-1", "chat", keepalive_s=5.0)
+        request = PendingRequest("chatcmpl-1", "chat", keepalive_s=5.0)
         request.progress = progress
         return request.waiting()
 
@@ -633,7 +635,7 @@ def test_logprob_tokens_carry_their_own_bytes_for_each_detokenizer(tiny, tmp_pat
     from test_gguf_tokenizer import sentencepiece_metadata
 
     from lazymlx.models.gguf_tokenizer import write_tokenizer
-    from lazymlx.server import _Tokens
+    from lazymlx.server.logprobs import TokenTexts
 
     write_tokenizer(sentencepiece_metadata(), tmp_path)
     bpe, spm = tiny[1], load_tokenizer(tmp_path)
@@ -641,8 +643,19 @@ def test_logprob_tokens_carry_their_own_bytes_for_each_detokenizer(tiny, tmp_pat
     cases = [(bpe, "the €", "the €"), (spm, "the €", " the €"), (naive, "the cat", "the cat")]
     for tokenizer, prompt, expected in cases:  # SentencePiece keeps the word's leading space
         ids = tokenizer.encode(prompt, add_special_tokens=False)
-        assert b"".join(_Tokens(tokenizer).bytes(token) for token in ids) == expected.encode()
+        assert b"".join(TokenTexts(tokenizer).bytes(token) for token in ids) == expected.encode()
     assert len(bpe.encode("€", add_special_tokens=False)) > 1  # split, as the test needs
+
+
+def test_the_byte_level_alphabet_is_gpt2s():
+    """Every byte once; printable ones stand for themselves, the rest from chr(256) up in order
+    (so GPT-2's space and newline are Ġ and Ċ)."""
+    from lazymlx.server.logprobs import BYTE_LEVEL_ALPHABET
+
+    assert sorted(BYTE_LEVEL_ALPHABET.values()) == list(range(256))
+    assert BYTE_LEVEL_ALPHABET["a"] == ord("a") and BYTE_LEVEL_ALPHABET["ÿ"] == 255
+    assert BYTE_LEVEL_ALPHABET["Ā"] == 0 and BYTE_LEVEL_ALPHABET["Ġ"] == 32
+    assert BYTE_LEVEL_ALPHABET["Ċ"] == 10
 
 
 def test_max_tokens_above_the_limit_is_capped_and_said(server, client):
@@ -726,7 +739,7 @@ def test_an_api_key_guards_every_endpoint_in_openais_shape(llm):
 
 
 def test_a_server_beyond_loopback_without_a_key_is_warned_about():
-    from lazymlx.server import exposure_warning
+    from lazymlx.server.app import exposure_warning
 
     assert exposure_warning("0.0.0.0", None).startswith("listening on 0.0.0.0 with no API key")
     assert "LAZYMLX_API_KEY" in exposure_warning("192.168.1.5", None)

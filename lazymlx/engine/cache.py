@@ -22,13 +22,12 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx_lm.models.cache as mlx_lm_cache
 import numpy as np
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import _BaseCache
 
 from lazymlx.engine import hooks
 from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.mlx_lm_private import register_cache_classes
 from lazymlx.errors import LazymlxError
 from lazymlx.models.adapters import LlamaAdapter, adapter_for
 
@@ -62,7 +61,23 @@ def causal_mask(keys_at: mx.array, queries_at: mx.array, window: int | None = No
     return mask
 
 
-class LazyKVCache(_BaseCache):
+class CacheEntry:
+    """What mlx-lm's functions call on an entry of a cache list that the classes below do not
+    define themselves: `from_state` (load_prompt_cache, a context's copy, a group's loader) and
+    `size`. mlx-lm's own base class for this, _BaseCache, is private (mlx_lm_private.py)."""
+
+    @classmethod
+    def from_state(cls, state: tuple) -> CacheEntry:
+        """The entry holding `state`, made without __init__, as mlx-lm makes its caches."""
+        entry = cls.__new__(cls)
+        entry.state = state
+        return entry
+
+    def size(self) -> int:
+        return 0
+
+
+class LazyKVCache(CacheEntry):
     """One layer's keys and values for the tokens computed there, with their positions.
 
     On a sliding-window layer (Gemma 3's local layers) a query sees only the last `window`
@@ -189,7 +204,7 @@ class LazyKVCache(_BaseCache):
         return n
 
 
-class LazyAux(_BaseCache):
+class LazyAux(CacheEntry):
     """The context's per-token bookkeeping, stored as the last entry of the cache list so that
     mlx-lm's save_prompt_cache / load_prompt_cache carry it: token ids, depths and Aux slots.
 
@@ -295,9 +310,7 @@ class LazyAux(_BaseCache):
         return slots + self.depth.nbytes + self.ids.nbytes
 
 
-# mlx-lm's load_prompt_cache rebuilds caches by class name from its own module
-mlx_lm_cache.LazyKVCache = LazyKVCache
-mlx_lm_cache.LazyAux = LazyAux
+register_cache_classes(LazyKVCache, LazyAux)  # so mlx-lm's load_prompt_cache finds them
 
 
 class LazyState(list):

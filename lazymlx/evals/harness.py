@@ -25,7 +25,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from lm_eval.api.model import hash_args
-from mlx_lm.evaluate import MLXLM, _lstrip, _rstrip_until
+from mlx_lm.evaluate import MLXLM
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.cache import LazyAux, LazyKVCache, LazyState
@@ -74,6 +74,7 @@ class LazyLM(MLXLM):
         tick: Tick = lambda request: None,
     ) -> None:
         super(MLXLM, self).__init__()  # lm-eval's LM; MLXLM's own would load the model again
+        # MLXLM's private attributes, as its __init__ sets them (engine/mlx_lm_private.py)
         self._model, self.tokenizer, self.config = model, tokenizer, config
         self._max_tokens, self._batch_size, self._sampler = max_tokens, 1, None
         if use_chat_template is None:
@@ -129,9 +130,9 @@ class LazyLM(MLXLM):
             pieces.append(last.text)
             if until and any(stop in "".join(pieces) for stop in until):
                 break
-        text = _rstrip_until("".join(pieces), until) if until else "".join(pieces)
+        text = _cut_at_first("".join(pieces), until)
         if getattr(self.tokenizer, "has_thinking", False):
-            text = _lstrip(text, self.tokenizer.think_end)
+            text = _after(text, self.tokenizer.think_end)
         share = last.lazy.work_share if last is not None and last.lazy is not None else None
         return text, share
 
@@ -235,6 +236,18 @@ class LazyLM(MLXLM):
                 "prompt step is pruned before an answer; run them with --lazy off"
             )
         return super().loglikelihood_rolling(requests)
+
+
+def _cut_at_first(text: str, stops: list[str]) -> str:
+    """The text before the first of the stop strings found in it (all of it where none is)."""
+    found = [at for at in (text.find(stop) for stop in stops) if at >= 0]
+    return text[: min(found, default=len(text))]
+
+
+def _after(text: str, marker: str) -> str:
+    """The text after the first `marker` (a thinking model's end of thought), else all of it."""
+    at = text.find(marker)
+    return text if at == -1 else text[at + len(marker) :]
 
 
 def _open_cache(path: Path | None):

@@ -22,7 +22,7 @@ import uvicorn
 
 from lazymlx.evals.timing import header
 from lazymlx.llm import LLM
-from lazymlx.server import create_app
+from lazymlx.server.app import create_app
 
 
 def main() -> None:
