@@ -1,4 +1,4 @@
-"""What calibrating Qwen2.5-Coder costs with the search (lazymlx/evals/search.py) against the runs
+"""What calibrating Qwen2.5-Coder costs with the search (lazymlx/evals/search_plan.py) against the runs
 its calibration records hold, replayed without running a model.
 
 Every record is a greedy, deterministic outcome, so the search can be replayed over them: each
@@ -32,10 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from lazymlx.engine.config import PRESETS
-from lazymlx.evals.calibrate import Bar, candidate_config, case_id, choose
+from lazymlx.evals.choice import Bar, candidate_config, case_id, choose
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
 from lazymlx.evals.reference import REFERENCE
-from lazymlx.evals.search import Plan, by_work, next_run, run_order, standing
+from lazymlx.evals.search_plan import Plan, by_work, next_run, run_order, standing
 
 RECORDS = Path("benchmarks/results/models/qwen2.5-coder-0.5b/calibration.jsonl")
 LAYERS = 24  # Qwen2.5-Coder-0.5B

@@ -65,7 +65,7 @@ from lazymlx import LazyState
 from lazymlx.engine.blocks import append_kv, attention_mask, attention_scores, block_forward
 from lazymlx.engine.cache import LazyKVCache, causal_mask
 from lazymlx.engine.prefill import prompt_step
-from lazymlx.evals.calibrate import preset_or_candidate
+from lazymlx.evals.choice import preset_or_candidate
 from lazymlx.evals.timing import bench_prompt
 from lazymlx.lengths import parse_lengths
 from lazymlx.parallel import context_parallel, distributed

@@ -81,13 +81,13 @@ def run_mode(model, tokenizer, case, mode: str, config, repeats: int = 1) -> dic
     cache = make_prompt_cache(model) if config is None else lazymlx.LazyState(model)
     first = ask(model, tokenizer, cache, document, 1, config)
     idle = {"idle_s": 0.0, "units": 0, "longest_unit_s": 0.0}
-    if config is not None and config.complete != "off":
+    if config is not None and config.complete != "never":
         idle = complete_timed(cache, config)
     # the document's one answer token is in the cache already (mlx-lm feeds it before yielding)
     before = context_offset(cache)
     later = ask(model, tokenizer, cache, question, case.max_tokens, config)
     timed = [later["ttft_s"]]
-    if config is not None and config.complete == "off":
+    if config is not None and config.complete == "never":
         repeats = 1  # the first ask revived part of the context: a second would find it there
     for _ in range(repeats - 1):  # the same question again over the same context
         trim_prompt_cache(cache, context_offset(cache) - before)

@@ -153,8 +153,8 @@ def calibrate(
     minutes, 11 cases at 1k). Ctrl-C stops it, keeping every finished run; --journal F with --resume goes on (without
     --minutes, adding the cases a budget left out).
     """
-    from lazymlx.evals.calibrate import Bar
     from lazymlx.evals.calibration import calibrate_model, check_chosen
+    from lazymlx.evals.choice import Bar
     from lazymlx.evals.records import records_as_dicts
 
     check_format(output)

@@ -76,18 +76,16 @@ Verbose = Annotated[
 def lazy_config(preset: str, model: str) -> LazyConfig | None:
     """The engine's config for a preset name; 'off' is stock mlx-lm (None), which runs in one
     process, so a context-parallel chain (which runs the engine's prompt step) refuses it."""
-    from lazymlx.engine.presets import resolve_preset
+    from lazymlx.engine.presets import STOCK, lazy_config
     from lazymlx.parallel import context_parallel, distributed
 
-    if preset == "off":
-        if context_parallel.chain() is not None:
-            raise LazymlxError(
-                "--lazy off is stock mlx-lm, which runs in one process; on a --parallel "
-                "context chain run --lazy keep-all (lazymlx's engine keeping every token)"
-            )
-        return None
+    if preset == STOCK and context_parallel.chain() is not None:
+        raise LazymlxError(
+            "--lazy off is stock mlx-lm, which runs in one process; on a --parallel "
+            "context chain run --lazy keep-all (lazymlx's engine keeping every token)"
+        )
     # each rank reads its machine's saved presets: one that lacks this preset says so
-    return distributed.everywhere(lambda: resolve_preset(preset, model), "find the preset")
+    return distributed.everywhere(lambda: lazy_config(preset, model), "find the preset")
 
 
 # what lands in the MODEL argument when a flag is given a value, as mlx-lm's `--verbose False`

@@ -37,6 +37,7 @@ from lazymlx.engine.atomic import write_atomic
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.complete import complete_all, pending
 from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.presets import STOCK
 from lazymlx.errors import LazymlxError
 from lazymlx.generation import cached_length
 from lazymlx.parallel import collectives
@@ -268,7 +269,7 @@ def load_context(
             f"load it with --model {saved_model}"
         )
     preset = metadata["preset"]
-    if (preset != "off") != (lazy is not None):
+    if (preset != STOCK) != (lazy is not None):
         raise LazymlxError(f"{path} {_made_by(preset, model_name)}; load it with --lazy {preset}")
     cache = LazyState(model, entries) if lazy is not None else entries
     if lazy is None and len(entries) != len(make_prompt_cache(model)):
@@ -294,7 +295,7 @@ def _made_by(preset: str, model_name: str) -> str:
     not, so a file saved under such a default is never said to have been pruned."""
     from lazymlx.engine.presets import resolve_preset
 
-    if preset == "off":
+    if preset == STOCK:
         return (
             "holds stock mlx-lm's context (saved with --lazy off), which the engine cannot continue"
         )

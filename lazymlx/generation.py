@@ -84,7 +84,7 @@ class LazyStats:
     def said(self) -> str:
         """The figure a stats line gives (the chat's, generate's, the server's log line): the
         share of stock's work with the pruned tokens brought back, or, where a preset runs
-        whole (a default that prunes nothing, a prompt under its floor), that it pruned
+        whole (a default that prunes nothing, a prompt under its gate), that it pruned
         nothing and why ("pruned nothing: no look-up"), so a user who asked for pruning is
         never left to guess."""
         if not self.pruned:
@@ -182,9 +182,9 @@ def resolve_lazy(lazy: LazyConfig | str | None, model: str | None) -> LazyConfig
     if lazy is None or isinstance(lazy, LazyConfig):
         return lazy
     if isinstance(lazy, str):
-        from lazymlx.engine.presets import resolve_preset
+        from lazymlx.engine.presets import lazy_config
 
-        return None if lazy == "off" else resolve_preset(lazy, model)
+        return lazy_config(lazy, model)
     raise LazymlxError(f"lazy= takes a LazyConfig or a preset name, got {type(lazy).__name__}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lazymlx.errors import LazymlxError
 
-# `lazymlx calibrate`'s lengths: from just above min_prompt, where a floor decides, to 8k.
+# `lazymlx calibrate`'s lengths: from just above min_prompt, where a gate decides, to 8k.
 CALIBRATION_LENGTHS = "512,1k,2k,4k,8k"
 
 

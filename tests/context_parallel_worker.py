@@ -37,7 +37,7 @@ from lazymlx.evals.timing import bench_prompt
 from lazymlx.parallel import collectives, context_parallel, distributed
 
 # tests/distributed_worker.py's, without idle completion
-PRUNING = replace(distributed_worker.PRUNING, complete="off")
+PRUNING = replace(distributed_worker.PRUNING, complete="never")
 CONFIGS = {
     "keep-all": LazyConfig(),
     "pruning": PRUNING,

@@ -1,4 +1,4 @@
-"""Calibration's search (lazymlx/evals/search.py): what it runs, when it stops, and that it
+"""Calibration's search (lazymlx/evals/search_plan.py): what it runs, when it stops, and that it
 chooses what running every candidate on every case would; on synthetic records (no model),
 then end to end through `lazymlx calibrate --minutes` on a tiny random model."""
 
@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 import lazymlx
 from lazymlx.cli.app import app
 from lazymlx.engine.config import PRESETS, LazyConfig
-from lazymlx.evals.calibrate import Bar, candidate_config, choose
+from lazymlx.evals.choice import Bar, candidate_config, choose
 from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
-from lazymlx.evals.search import (
+from lazymlx.evals.search_plan import (
     Plan,
     Speed,
     by_work,
@@ -367,7 +367,7 @@ def test_calibrate_with_minutes_says_what_its_choice_rests_on_and_resumes(
 
 
 def test_gentle_prunes_half_as_hard_as_the_rule_it_comes_from():
-    from lazymlx.evals.calibrate import gentler
+    from lazymlx.evals.choice import gentler
 
     fixed = candidate_config(PRESETS["gentle"], "0.4@24% 0.6@57% sparse")
     assert gentler(fixed).schedule == ((0.24, 0.7), (0.57, 0.8))

@@ -149,7 +149,7 @@ def test_paced_units_last_about_the_unit_budget(monkeypatch):
 
 def test_off_completes_nothing():
     model = random_model("llama", num_layers=8)
-    off = replace(PRUNING, complete="off")
+    off = replace(PRUNING, complete="never")
     state = LazyState(model)
     engine_greedy(model, random_tokens(200), 4, off, state)
     assert not complete.pending(state, off) and complete.complete_all(state, off) == 0

@@ -348,7 +348,7 @@ def conversation(url: str) -> list[dict]:
 def test_serve_under_mlx_launch_answers_as_one_process_and_stops_every_rank(tiny_model_dir):
     """Without idle completion: how much of a kept context it finishes before the next request
     arrives depends on timing, and a group's lockstep units are slower than one process's."""
-    untimed = replace(PRESETS["gentle"], complete="off")
+    untimed = replace(PRESETS["gentle"], complete="never")
     save_preset(str(tiny_model_dir), "no-idle", untimed, {"for": "a test without idle timing"})
     port = distributed.free_ports(1)
     command = [str(BIN / "lazymlx"), "serve", "-m", str(tiny_model_dir), "--port", str(port)]

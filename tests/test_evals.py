@@ -16,13 +16,6 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
 from lazymlx.evals.baselines import BaselineCache, fingerprint
-from lazymlx.evals.calibrate import (
-    SCHEDULES,
-    Bar,
-    candidate_strategies,
-    choose,
-    open_checks,
-)
 from lazymlx.evals.cases import (
     VALIDATION_SEED,
     context_tokens,
@@ -30,6 +23,13 @@ from lazymlx.evals.cases import (
     make_cases,
     parse_families,
     suite_counts,
+)
+from lazymlx.evals.choice import (
+    SCHEDULES,
+    Bar,
+    candidate_strategies,
+    choose,
+    open_checks,
 )
 from lazymlx.evals.families import FAMILIES, JUDGES, OPEN, SINGLE_PROMPT
 from lazymlx.evals.judge import Judge
@@ -245,7 +245,7 @@ def test_keep_all_reproduces_the_baseline_through_every_path(tiny, family):
 def test_a_pruned_context_counts_the_whole_conversations_work(tiny):
     model, tokenizer = tiny
     case = replace(make_case("kept", tokenizer, LENGTH, 0, "calibration"), max_tokens=4)
-    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=64, complete="off")
+    pruned = LazyConfig(schedule=((0.25, 0.3),), min_prompt=64, complete="never")
     outcome = run_case(model, tokenizer, case, pruned)
     assert outcome.compute_fraction < 0.9  # the document's step pruned, and nothing completed it
     # the question's own step ran whole and may have revived: at least stock's work for it
@@ -411,12 +411,12 @@ def test_a_no_idle_run_is_made_once_per_config(tiny):
     model, tokenizer = tiny
     case = make_case("kept", tokenizer, LENGTH, 0, "calibration")
     fill = LazyConfig(schedule=((0.25, 0.3),))
-    off = replace(fill, complete="off")  # fill's run with no idle time, asked for by name
+    off = replace(fill, complete="never")  # fill's run with no idle time, asked for by name
     modes = [s.mode for s in case_strategies(case, [Strategy("o", off), Strategy("f", fill)])]
     assert modes == ["o", "f"]
 
 
-def test_the_bar_is_relative_to_what_the_noise_floor_keeps():
+def test_the_bar_is_relative_to_what_the_reference_keeps():
     """A candidate that loses as many answers as stock with 8-bit round-tripped weights meets
     the bar; the same losses beside a reference that keeps everything do not."""
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lazymlx.cli.app import app
 from lazymlx.engine.config import PRESETS
-from lazymlx.evals.search import Speed, calibration_minutes
+from lazymlx.evals.search_plan import Speed, calibration_minutes
 
 
 def test_generate_says_what_calibrating_costs_the_first_time_only(

@@ -17,7 +17,7 @@ from lazymlx.cli.app import app, main
 from lazymlx.engine.config import LazyConfig
 from lazymlx.engine.presets import presets_file, resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import CANDIDATES
+from lazymlx.evals.choice import CANDIDATES
 from lazymlx.evals.timing import bench, bench_prompt
 
 runner = CliRunner()
@@ -368,8 +368,8 @@ def test_calibrate_saves_the_fastest_candidates_meeting_each_bar(
 def test_calibrate_model_is_the_commands_search_as_a_python_call(tiny_model_dir: Path, tmp_path):
     from contextlib import contextmanager
 
-    from lazymlx.evals.calibrate import Bar
     from lazymlx.evals.calibration import calibrate_model
+    from lazymlx.evals.choice import Bar
 
     model, told = str(tiny_model_dir), []
 

@@ -22,7 +22,7 @@ from lazymlx.engine.presets import (
     shipped_file,
 )
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.calibrate import candidate_config, candidate_configs
+from lazymlx.evals.choice import candidate_config, candidate_configs
 from lazymlx.evals.records import NO_IDLE
 from lazymlx.evals.strategies import check_preset_name, resolve
 from lazymlx.models.registry import REGISTRY

@@ -130,7 +130,7 @@ def test_conversations_sharing_a_system_prompt_each_keep_their_history(tiny_mode
     """A, two turns; B, the same long system prompt; A's third turn finds its whole history
     cached (B starts from a fork of the shared prefix) and answers as if B never came."""
     system = {"role": "system", "content": "You answer briefly and check every fact twice. " * 14}
-    no_idle = LazyConfig(schedule=PRUNING.schedule, decode="revive", complete="off")
+    no_idle = LazyConfig(schedule=PRUNING.schedule, decode="revive", complete="never")
     runs = {}
     for with_b in (True, False):
         llm = LLM(str(tiny_model_dir), lazy=no_idle)

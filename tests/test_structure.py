@@ -17,7 +17,7 @@ PACKAGES = {"lazymlx": "lazymlx", "lazymlx.models": "models", "lazymlx.cli": "cl
 MAX_FUNCTION_LINES = 60
 # modules of lazymlx/evals/ that only tally records or decide from them: they re-decide an
 # earlier run's journal anywhere, so they must not reach the modules that run a conversation
-TALLIES = ("summary", "calibrate", "search", "scoring", "records", "card")
+TALLIES = ("summary", "choice", "search_plan", "scoring", "records", "card")
 APP_MODULES = ("llm", "session", "contexts", "turn")
 
 

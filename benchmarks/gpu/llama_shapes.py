@@ -42,7 +42,7 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 
 from lazymlx.engine.config import LazyConfig
-from lazymlx.evals.calibrate import preset_or_candidate
+from lazymlx.evals.choice import preset_or_candidate
 from lazymlx.evals.outcome import run_once
 from lazymlx.evals.timing import header
 from lazymlx.lengths import parse_lengths

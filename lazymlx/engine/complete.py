@@ -34,7 +34,7 @@ FIRST_CHUNK, SMALLEST_CHUNK = 64, 8  # a paced unit's tokens before any is timed
 
 def pending(state: LazyState, config: LazyConfig) -> bool:
     """Whether completing the context under `config` has work left."""
-    if config.complete == "off" or not state.offset:
+    if config.complete == "never" or not state.offset:
         return False
     return bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
 
@@ -59,7 +59,7 @@ def step(state: LazyState, config: LazyConfig, chunk: int | None = None) -> bool
     with interrupts_deferred():
         counts = state.aux.counts(state.num_layers)
         waiting = np.flatnonzero(counts[: state.num_layers])
-        if not waiting.size or config.complete == "off":
+        if not waiting.size or config.complete == "never":
             return False
         tokens = next_chunk(state) if chunk is None else chunk
         start = time.perf_counter()

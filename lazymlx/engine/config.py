@@ -23,8 +23,8 @@ DECODE_MODES = ("sparse", "revive")
 SELECTIONS = ("attention", "static", "random")
 # What idle time does with a pruned context kept for later turns (lazymlx/engine/complete.py). "fill":
 # every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
-# pair computed once. "off": nothing (batch use).
-COMPLETIONS = ("fill", "off")
+# pair computed once. "never": nothing (batch use).
+COMPLETIONS = ("fill", "never")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LazyConfig:
         Under a mass rule (mass > 0) a ratio is the most that goes on there (1: no ceiling).
     mass: 0 prunes by the schedule's fixed ratios. A share p in (0, 1] keeps, at each pruning
         layer, the fewest tokens whose scores hold p of the score mass (the forced tokens
-        aside), between the floor (least, min_keep) and the layer's ratio: a look-up, whose
+        aside), between the fewest it may keep (least, min_keep) and the layer's ratio: a look-up, whose
         attention sits on a few tokens, keeps few; a summary, whose attention is spread, keeps
         most. p = 1 keeps every token up to the ceiling.
     least: under a mass rule, the least share of the tokens that goes on past each prune.
@@ -146,8 +146,8 @@ class LazyConfig:
 
     def kept_bounds(self, ratio: float, present: int) -> tuple[int, int]:
         """The fewest and the most of the `present` tokens a pruning layer keeping `ratio` lets
-        go on: one count under fixed ratios; under a mass rule the floor (least, min_keep) and
-        the ceiling, the attention's mass deciding between them."""
+        go on: one count under fixed ratios; under a mass rule the fewest (least, min_keep) and
+        the most, the attention's mass deciding between them."""
         most = self.kept_count(ratio, present)
         if not self.mass:
             return most, most
@@ -257,7 +257,7 @@ class LazyConfig:
         revives = self.prompt_revive and self.selection == "attention"
         later = "what a whole-context prune keeps" if revives else "none"
         idle = f", idle time completes the context ({self.complete})"
-        idle = "" if self.complete == "off" else idle
+        idle = "" if self.complete == "never" else idle
         return f"{steps}, decode {decode}, later prompt steps revive {later}{idle}"
 
 
@@ -278,7 +278,7 @@ def _schedule(value) -> tuple[tuple[float, float], ...]:
 
 
 # The tokens the gentle rule keeps past each prune, and calibration's floored candidates
-# (lazymlx/evals/calibrate.py): fewer starve the deep layers of a pasted page
+# (lazymlx/evals/choice.py): fewer starve the deep layers of a pasted page
 # (benchmarks/studies/2026-11-27-open-answers/).
 FLOOR_TOKENS = 1024
 

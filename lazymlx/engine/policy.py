@@ -14,7 +14,7 @@ The decision, in the order a step meets it:
   one token before them (`pointing`). A question that quotes a manual, names a constant or
   asks for a key does; a request to summarize does not, and runs whole (`first_cut`);
 - the count: a fixed share of the tokens, or under a mass rule the fewest holding `mass` of
-  the attention, between the floor and the ceiling (`bounds`, `kept_count`); where that takes
+  the attention, between the fewest and the most (`bounds`, `kept_count`); where that takes
   more than `dense` of them the attention is spread, and the step runs whole from there;
 - which: the highest-scoring tokens, the sinks and the last token, and at every cut of a
   `point` rule the place the question points at there, with AROUND tokens either side

@@ -20,6 +20,8 @@ from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
 SHIPPED = Path(__file__).with_name("calibrated")  # one file per registry model
+# The preset name of stock mlx-lm (no engine, no config: lazy=None), everywhere a preset is named
+STOCK = "off"
 
 
 def presets_file() -> Path:
@@ -87,8 +89,8 @@ def preset_names(model: str) -> list[str]:
 def resolve_preset(name: str, model: str | None) -> LazyConfig:
     """A preset for this model: the user's calibrated ones first, then those lazymlx ships for
     it, then the built-in ones (only those for a model without a name). Every entry point
-    (the CLI, `LLM`, `generate(lazy=...)`) resolves names here, but "off": that is stock
-    mlx-lm (no config, lazy=None), which each entry point runs itself.
+    (the CLI, `LLM`, `generate(lazy=...)`) resolves names here, through `lazy_config`, which
+    turns "off" into stock mlx-lm (no config, lazy=None).
 
     Bench and eval run comparison strategies beside these (lazymlx/evals/strategies.py).
     """
@@ -97,7 +99,7 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
         return own[name]
     if name in PRESETS:
         return PRESETS[name]
-    if name == "off":
+    if name == STOCK:
         raise LazymlxError(
             "'off' is stock mlx-lm, not a preset of the engine: run it with lazy=None (or "
             "--lazy off); keep-all is the engine keeping every token"
@@ -106,6 +108,12 @@ def resolve_preset(name: str, model: str | None) -> LazyConfig:
         f"unknown lazy preset {name!r} for {model or 'this model'}; choose one of: "
         f"off (stock mlx-lm), {', '.join(PRESETS if model is None else preset_names(model))}"
     )
+
+
+def lazy_config(name: str, model: str | None) -> LazyConfig | None:
+    """The config a preset name stands for: None for STOCK ('off': stock mlx-lm, which each
+    entry point runs itself), the one place that name turns into stock; else resolve_preset."""
+    return None if name == STOCK else resolve_preset(name, model)
 
 
 def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
@@ -119,7 +127,7 @@ def ship_preset(model: str, name: str, config: LazyConfig, details: dict[str, An
 
 def save_preset(model: str, name: str, config: LazyConfig, details: dict[str, Any]) -> Path:
     """Store a calibrated preset for a model (replacing one of the same name), atomically."""
-    if name in ("off", "keep-all"):
+    if name in (STOCK, "keep-all"):
         raise LazymlxError(f"{name!r} is a built-in strategy; save the preset under another name")
     everything = _read()
     entry = {"config": asdict(config), "calibration": details}

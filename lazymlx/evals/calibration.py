@@ -8,9 +8,9 @@ calibrate a model from Python and show its progress its own way:
     done = calibrate_model("qwen2.5-coder-0.5b", lengths="1k,2k", minutes=10, save="calibrated")
     print(done.choice.chosen, done.choice.fast, done.head["rests_on"])
 
-What runs, and in what order, is search.py's (stock and the references on every case, then the
+What runs, and in what order, is search_plan.py's (stock and the references on every case, then the
 candidates cheapest first, each dropped once it cannot meet the bar); what is chosen is
-calibrate.py's `choose`; this module loads the model, makes the cases, paces the machine, keeps
+choice.py's `choose`; this module loads the model, makes the cases, paces the machine, keeps
 the journal and saves the presets.
 """
 
@@ -27,7 +27,8 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.calibrate import (
+from lazymlx.evals.cases import Case, suite_counts
+from lazymlx.evals.choice import (
     SCHEDULES,
     Bar,
     Calibration,
@@ -38,14 +39,12 @@ from lazymlx.evals.calibrate import (
     gentler,
     prunes_here,
 )
-from lazymlx.evals.calibration_search import CalibrationSearch
-from lazymlx.evals.cases import Case, suite_counts
 from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS
 from lazymlx.evals.outcome import BASELINE_STRATEGY, run_once
 from lazymlx.evals.records import BASELINE, Record, read_records
 from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.runner import run_case, run_mode
-from lazymlx.evals.search import (
+from lazymlx.evals.search_plan import (
     Plan,
     Speed,
     by_work,
@@ -56,6 +55,7 @@ from lazymlx.evals.search import (
     run_search,
     standing,
 )
+from lazymlx.evals.search_state import CalibrationSearch
 from lazymlx.evals.strategies import check_preset_name
 from lazymlx.evals.suite import Loader, Progress, journal_writer, load_suite, quietly
 from lazymlx.evals.timing import run_header
@@ -136,7 +136,7 @@ def _search(
     model, families, lengths, cases, only, baselines, journal, resume, reference, bar, minutes,
     progress, load,
 ):  # fmt: skip
-    """Calibration's search (lazymlx/evals/search.py) on the calibration split: stock and the
+    """Calibration's search (lazymlx/evals/search_plan.py) on the calibration split: stock and the
     reference on every case, then candidates cheapest first, each dropped once it cannot meet
     the bar; with `minutes` the case set sized to fit from stock's pace on the first case, and
     the search stopped at the budget. The records (a resumed journal's first) and a header
@@ -314,7 +314,7 @@ def _how(head: dict, preset: str, choice: Calibration) -> str:
         else "every prompt whole: no candidate met the default's bar",
         "gentle": "half the pruning of "
         + ("the default" if choice.chosen else "the fast trade")
-        + " (lazymlx.evals.calibrate.gentler)",
+        + " (lazymlx.evals.choice.gentler)",
         "fast": "the fastest candidate keeping the fast trade's share of the exact answers",
     }[preset]
     rests = head.get("rests_on") or head.get("records", "its records")

@@ -15,7 +15,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lazymlx.evals.calibrate import Bar, default_checks, margin, new_loops, open_checks
+from lazymlx.evals.choice import Bar, default_checks, margin, new_loops, open_checks
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, read_records
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.summary import ALL, summarize

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.calibrate import preset_or_candidate
+from lazymlx.evals.choice import preset_or_candidate
 from lazymlx.evals.outcome import strategy
 from lazymlx.evals.records import Record, case_key
 from lazymlx.evals.runner import case_strategies, evaluate, right_cases

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lazymlx.engine.presets import STOCK
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.outcome import Strategy, strategy
 from lazymlx.evals.suite import Loader
@@ -242,7 +243,7 @@ def result_rows(results: dict, preset: str, shares: dict[str, list[float]]) -> l
                     "value": float(value),
                     "stderr": stderr if isinstance(stderr, int | float) else None,
                     "n": n,
-                    "work_share": 1.0 if preset == "off" else _mean(share),
+                    "work_share": 1.0 if preset == STOCK else _mean(share),
                 }
             )
     return rows
@@ -254,8 +255,8 @@ def _mean(values: list[float] | None) -> float | None:
 
 def against_stock(rows: list[dict]) -> list[dict]:
     """Each row with its change on stock's (`off`) value for the same task and metric."""
-    stock = {(r["task"], r["metric"]): r["value"] for r in rows if r["mode"] == "off"}
+    stock = {(r["task"], r["metric"]): r["value"] for r in rows if r["mode"] == STOCK}
     for row in rows:
         base = stock.get((row["task"], row["metric"]))
-        row["vs_stock"] = None if base is None or row["mode"] == "off" else row["value"] - base
+        row["vs_stock"] = None if base is None or row["mode"] == STOCK else row["value"] - base
     return sorted(rows, key=lambda r: (r["task"], r["metric"]))

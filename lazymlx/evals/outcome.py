@@ -33,14 +33,14 @@ class Strategy:
 
 
 def strategy(
-    preset: str, model: str, resolve: Callable[[str, str], LazyConfig] = strategies.resolve
+    preset: str, model: str, resolve: Callable[[str, str], LazyConfig | None] = strategies.resolve
 ) -> Strategy:
     """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
     as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
     keeping every token (what the wrapper and the compact caches cost). `resolve` turns any
     other name into a config (an eval also takes calibrate's rules)."""
     mode = preset if preset in COMPARISONS else f"lazy:{preset}"
-    return Strategy(mode, None if preset == "off" else resolve(preset, model))
+    return Strategy(mode, resolve(preset, model))
 
 
 BASELINE_STRATEGY = Strategy(BASELINE, None)

@@ -1,6 +1,6 @@
 """An eval's records: one case under one mode beside stock's outcome, and their files.
 
-Every tally and decision (summary.py, calibrate.py, search.py) reads these records alone, so
+Every tally and decision (summary.py, choice.py, search_plan.py) reads these records alone, so
 this module imports nothing that runs a model: an earlier run's journal or JSON output can be
 re-tallied or re-decided anywhere. The runner (runner.py) makes them.
 """

@@ -6,7 +6,7 @@ most MLX users run (mlx-lm's default quantization, and the bulk of mlx-community
 Each is every 2-D weight quantized with MLX's affine quantization (groups of 64) and dequantized
 back to the model's dtype, then run as stock on the same cases. What the 8-bit one keeps of
 stock's right answers is the bar for exact answers; the 4-bit one's open answers (against their
-gold, and by the full model's judgment) are the bar for open ones (lazymlx/evals/calibrate.py).
+gold, and by the full model's judgment) are the bar for open ones (lazymlx/evals/choice.py).
 Their answers are cached like the baseline's: their weights have their own fingerprints, so
 their entries sit beside stock's in the same file.
 """

@@ -28,6 +28,7 @@ from mlx_lm.utils import common_prefix_len
 from lazymlx.contexts import Context, load_context, new_cache, save_context
 from lazymlx.engine.complete import complete_all
 from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.presets import STOCK
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.cases import FIRST_ANSWER, FIRST_REPLY, Case
@@ -47,7 +48,7 @@ MULTI_TURN = ("followup", "kept-file", "kept-llm", "chat")
 
 
 def completes(lazy: LazyConfig | None) -> bool:
-    return lazy is not None and lazy.prunes and lazy.complete != "off"
+    return lazy is not None and lazy.prunes and lazy.complete != "never"
 
 
 def _collect(
@@ -87,7 +88,7 @@ def run_case(
 ) -> Outcome:
     """One case through the path its kind stands for; greedy; the scored step's outcome. A
     preset that completes (`completes`) completes the context before the scored step, as idle
-    time between turns would, timed apart; one with complete="off" goes straight on."""
+    time between turns would, timed apart; one with complete="never" goes straight on."""
     if case.kind == "raw":
         first = encode_prompt(tokenizer, case.segments[0]).tolist()
         responses = stream_generate(model, tokenizer, first, case.max_tokens, lazy=lazy)
@@ -167,7 +168,7 @@ def _saved_and_loaded(
     """The context after a round trip through a context file (completed first if `whole`)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "context.safetensors"
-        preset = "off" if lazy is None else "eval"
+        preset = STOCK if lazy is None else "eval"
         save_context(path, context, "eval-model", preset, complete=whole)
         return load_context(path, model, "eval-model", lazy)[0]
 
@@ -312,7 +313,7 @@ def case_strategies(case: Case, strategies: list[Strategy]) -> list[Strategy]:
     runs: list[Strategy] = []
     for s in strategies:
         runs.append(s)
-        straight = replace(s.config, complete="off") if completes(s.config) else None
+        straight = replace(s.config, complete="never") if completes(s.config) else None
         if straight is not None and all(r.config != straight for r in runs):  # one per config
             runs.append(Strategy(s.mode + NO_IDLE, straight))
     return runs

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from lazymlx.engine.config import PRESETS, LazyConfig
-from lazymlx.engine.presets import resolve_preset
+from lazymlx.engine.presets import lazy_config, resolve_preset
 from lazymlx.errors import LazymlxError
 
 
@@ -45,11 +45,11 @@ def pruning_base(default: LazyConfig, gentle: LazyConfig | None = None) -> LazyC
     return gentle or PRESETS["gentle"]
 
 
-def resolve(name: str, model: str | None) -> LazyConfig:
+def resolve(name: str, model: str | None) -> LazyConfig | None:
     """A comparison strategy for the model (built on its own default and gentle rule), or else
-    one of its presets (resolve_preset)."""
+    one of its presets (None: 'off', stock mlx-lm; presets.lazy_config)."""
     if name not in STRATEGIES:
-        return resolve_preset(name, model)
+        return lazy_config(name, model)
     base = pruning_base(resolve_preset("default", model), resolve_preset("gentle", model))
     return STRATEGIES[name](base)
 

@@ -146,9 +146,9 @@ class Chain:
 
     def deadline(self) -> float:
         """Seconds a wait of this step may take: STALL_LAYERS times its prompt's whole first
-        layer as rank 0 models it, or the watchdog's floor (LAZYMLX_STALL_TIMEOUT) if longer."""
+        layer as rank 0 models it, or the watchdog's shortest (LAZYMLX_STALL_TIMEOUT) if longer."""
         modelled = STALL_LAYERS * self.plan.layer_ms / 1000 if self.plan is not None else 0.0
-        return max(self.watchdog.floor, modelled)
+        return max(self.watchdog.shortest, modelled)
 
     @property
     def stream(self) -> mx.Stream:

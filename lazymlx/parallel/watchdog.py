@@ -26,8 +26,8 @@ from lazymlx.errors import LazymlxError, RankError
 from lazymlx.parallel import distributed
 
 STALL_TIMEOUT_ENV = "LAZYMLX_STALL_TIMEOUT"
-# The floor of every deadline: a caller scales it up to what it expects a wait to take (the
-# chain: a few whole layers of the prompt, lazymlx/parallel/context_parallel.py), so the floor only has
+# The shortest deadline: a caller scales it up to what it expects a wait to take (the
+# chain: a few whole layers of the prompt, lazymlx/parallel/context_parallel.py), so the shortest only has
 # to cover what no model of the work sees on a short prompt: a first kernel compilation, a
 # machine swapping or busy with other work. A minute, as MLX's own connection waits get.
 STALL_TIMEOUT_S = 60.0
@@ -47,23 +47,23 @@ def stall_timeout() -> float:
 
 class Watchdog:
     """Ends this process with one line when an armed wait outlasts its deadline (never less
-    than `floor` seconds).
+    than `shortest` seconds).
 
     One wait is armed at a time (a rank's chain waits one after another); the timer thread
     starts on the first one and sleeps, outside MLX, whenever nothing is armed.
     """
 
-    def __init__(self, floor: float) -> None:
-        self.floor = floor
+    def __init__(self, shortest: float) -> None:
+        self.shortest = shortest
         self._what: str | None = None  # what the armed wait waits for
-        self._seconds = floor  # its deadline
+        self._seconds = shortest  # its deadline
         self._due = 0.0  # time.monotonic() when it has waited too long
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
     @contextmanager
     def waiting(self, what: str, seconds: float | None = None) -> Iterator[None]:
-        """Arm a deadline of `seconds` (at least the floor) for the block: `what` finishes the
+        """Arm a deadline of `seconds` (at least the shortest) for the block: `what` finishes the
         sentence "rank 1 on HOST waited 60 s for ..." (say which rank, which layer or step)."""
         with self._changed:
             if self._thread is None:
@@ -71,7 +71,7 @@ class Watchdog:
                     target=self._watch, name="lazymlx-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._seconds = max(self.floor, seconds or 0.0)
+            self._seconds = max(self.shortest, seconds or 0.0)
             self._what, self._due = what, time.monotonic() + self._seconds
             self._changed.notify()
         try:

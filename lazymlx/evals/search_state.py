@@ -1,6 +1,6 @@
 """A calibration search's state: its cases, modes and caches, and what it reckons from them.
 
-search.py decides which run comes next from records alone; this holds what running them
+search_plan.py decides which run comes next from records alone; this holds what running them
 needs (the model, stock's and the references' caches, the judge, the candidates) and what
 sizing the search to a time budget needs (each mode's share of stock's work, a step's
 expected seconds at the pace timed, the answers the caches already hold).
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
-from lazymlx.evals.calibrate import CaseId, candidate_strategies, case_id
+from lazymlx.evals.choice import CaseId, candidate_strategies, case_id
 from lazymlx.evals.outcome import BASELINE_STRATEGY, Strategy
 from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.runner import run_mode
-from lazymlx.evals.search import Run, by_work, planned_runs
+from lazymlx.evals.search_plan import Run, by_work, planned_runs
 from lazymlx.evals.suite import Suite
 from lazymlx.models.adapters import adapter_for
 

@@ -221,7 +221,7 @@ def case_id(record: Record) -> CaseId:
 def counting(records: Iterable[Record]) -> set[CaseId]:
     """The cases whose candidate runs can move the bar: stock answers right, or the answer is
     open-ended (judged against stock's own). Elsewhere a candidate's answer counts nowhere, so
-    the search (search.py) does not run it there and `choose` does not ask for it."""
+    the search (search_plan.py) does not run it there and `choose` does not ask for it."""
     return {
         case_id(r)
         for r in records
@@ -238,17 +238,17 @@ def default_checks(
     """The groups the default's bar judges in `mode`'s summary rows: each length (families
     pooled) against min(per_length, the reference's share there), and each scored family
     (pooled over lengths, or at its one length) against min(per_family, the reference's share).
-    A reference share is a floor only for a group whose right answers the reference all ran:
+    A reference share lowers the bar only for a group whose right answers the reference all ran:
     one run on fewer cases says nothing about the others."""
     reference = {(r["family"], r["length"]): r for r in rows if r["mode"] == REFERENCE}
 
     def needed(plain: float, group: dict) -> float:
-        floor = reference.get((group["family"], group["length"]))
-        if floor is None or floor["kept_share"] is None:
+        theirs = reference.get((group["family"], group["length"]))
+        if theirs is None or theirs["kept_share"] is None:
             return plain
-        if floor["baseline_right"] < group["baseline_right"]:
+        if theirs["baseline_right"] < group["baseline_right"]:
             return plain
-        return min(plain, floor["kept_share"])
+        return min(plain, theirs["kept_share"])
 
     mine = [r for r in rows if r["mode"] == mode]
     pooled = [

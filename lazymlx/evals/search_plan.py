@@ -10,7 +10,7 @@ candidates run one at a time, the one with the least scheduled work first
 (`LazyConfig.work_share`; a mass rule at the least it can keep), each dropped the moment no
 outcome of its remaining cases could let it meet the bar. Every decision here is a pure
 function of the plan and the records so far, so an interrupted run resumes from its journal
-and a recorded one can be replayed (benchmarks/calibration_cost.py); `choose` (calibrate.py)
+and a recorded one can be replayed (benchmarks/calibration_cost.py); `choose` (choice.py)
 still makes the choice.
 
 "Can no longer meet" is judged on the best completion: every exact case the candidate has not
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from lazymlx.evals.calibrate import (
+from lazymlx.evals.choice import (
     Bar,
     CaseId,
     case_id,
@@ -114,23 +114,23 @@ def _by_mode(records: Iterable[Record]) -> dict[str, dict[CaseId, Record]]:
 def judge(plan: Plan, seen: dict[str, dict[CaseId, Record]], mode: str) -> Verdict:
     """The candidate's verdict on the best completion of the cases it has not run; `seen`:
     the records so far by mode and case."""
-    stock, floor, mine = seen.get(BASELINE, {}), seen.get(REFERENCE, {}), seen.get(mode, {})
+    stock, theirs, mine = seen.get(BASELINE, {}), seen.get(REFERENCE, {}), seen.get(mode, {})
     right = [c for c in plan.cases if c not in stock or stock[c].baseline_correct]
 
     def best_kept(case: CaseId) -> int:
         return int(bool(mine[case].correct)) if case in mine else 1
 
-    def worst_floor(case: CaseId) -> int:  # a reference not run yet may still lose it
-        return int(bool(floor[case].correct)) if case in floor else 0
+    def reference_kept(case: CaseId) -> int:  # a reference not run yet may still lose it
+        return int(bool(theirs[case].correct)) if case in theirs else 0
 
     def meets(group: list[CaseId], plain: float) -> bool:
         if not group:
             return True
         if sum(map(best_kept, group)) / len(group) >= plain - TOLERANCE:
             return True
-        if not set(group) <= plan.referenced:  # no floor to lower the bar here
+        if not set(group) <= plan.referenced:  # no reference to lower the bar here
             return False
-        return sum(best_kept(c) - worst_floor(c) for c in group) >= 0
+        return sum(best_kept(c) - reference_kept(c) for c in group) >= 0
 
     groups = [
         (f"{length} tokens", [c for c in right if c[1] == length], plan.bar.per_length)
