@@ -288,3 +288,11 @@ def assert_keep_all_reproduces_stock(
     assert ours == theirs
     for a, b in zip(our_logprobs, their_logprobs, strict=True):
         assert mx.abs(a - b).max().item() < 1e-4
+
+
+def constants(**values):
+    """The engine's constants (lazymlx/engine/config.py: KEEP_FIRST, WINDOW, POOL, REVIVE,
+    REVIVE_STEPS) set to other values for a block, so a tiny model's test can exercise them."""
+    from unittest import mock
+
+    return mock.patch.multiple("lazymlx.engine.config", **values)

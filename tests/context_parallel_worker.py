@@ -41,7 +41,7 @@ PRUNING = replace(distributed_worker.PRUNING, complete="never")
 CONFIGS = {
     "keep-all": LazyConfig(),
     "pruning": PRUNING,
-    "static": replace(PRUNING, selection="static", window=40),
+    "static": replace(PRUNING, selection="static"),
     # a mass rule: the count comes from the last rank's scores, and every rank keeps it
     "mass": replace(PRUNING, schedule=((0.25, 1.0), (0.5, 0.8)), mass=0.7, least=0.05),
     # the first cut where the window points at the text, that place kept with its neighbours

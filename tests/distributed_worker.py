@@ -25,18 +25,13 @@ import numpy as np
 
 from lazymlx import LazyConfig, LazyState
 from lazymlx.contexts import Context, load_context, save_context
+from lazymlx.engine import config as engine_config
 from lazymlx.parallel import collectives, distributed
 
-PRUNING = LazyConfig(
-    schedule=((0.25, 0.5), (0.5, 0.5)),
-    keep_first=2,
-    window=4,
-    pool=2,
-    decode="revive",
-    revive=4,
-    revive_steps=None,
-    min_prompt=0,
-)
+# the engine's constants scaled to the tiny model, in every rank's process
+engine_config.KEEP_FIRST, engine_config.WINDOW, engine_config.POOL = 2, 4, 2
+engine_config.REVIVE, engine_config.REVIVE_STEPS = 4, None
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", min_prompt=0)
 
 
 def digest(array: mx.array) -> str:

@@ -324,7 +324,7 @@ def test_calibrate_with_minutes_sizes_the_cases_to_what_the_cache_leaves_to_run(
 
 def test_work_share_is_what_the_prompt_step_computes(tiny):
     model, tokenizer = tiny
-    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.3)), keep_first=4, min_keep=40)
+    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.3)), min_keep=40)
     prompt = [3 + i % 250 for i in range(600)]
     *_, last = lazymlx.stream_generate(model, tokenizer, prompt, max_tokens=1, lazy=config)
     layers = len(model.layers)

@@ -16,7 +16,7 @@ from lazymlx.contexts import Context, load_context, save_context
 from lazymlx.engine import complete
 from lazymlx.engine.config import LazyConfig
 
-PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", revive=4)
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
 FILL = replace(PRUNING, complete="fill")
 
 

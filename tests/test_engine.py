@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import (
     assert_keep_all_reproduces_stock,
+    constants,
     engine_greedy,
     random_model,
     random_tokens,
@@ -28,13 +29,23 @@ import lazymlx
 from lazymlx import LazyConfig, LazyState
 from lazymlx.contexts import Context, load_context, save_context
 from lazymlx.engine import blocks, policy, prefill
+from lazymlx.engine import config as engine_config
 from lazymlx.engine.cache import LazyKVCache
 from lazymlx.engine.config import SELECTIONS
 from lazymlx.errors import LazymlxError
 from lazymlx.session import ChatSession
 
 AGGRESSIVE = LazyConfig(schedule=((0.2, 0.5), (0.4, 0.5), (0.6, 0.5)))
-REVIVING = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4)
+REVIVING = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive")
+
+
+@pytest.fixture(autouse=True)
+def revive_at_the_tiny_models_scale(monkeypatch):
+    """Revival brings back 4 tokens a layer a step here (REVIVE, 16 at scale), so a
+    reviving decode of a tiny model's short prompt still leaves some tokens pruned."""
+    monkeypatch.setattr(engine_config, "REVIVE", 4)
+
+
 # prunes by configuration but keeps every token of a 150-token prompt: ceil(0.999 · 150) = 150,
 # so the prompt goes through the engine's own layer-major prefill, not the model's forward pass
 ENGINE_KEEP_ALL = LazyConfig(schedule=((0.5, 0.999),))
@@ -167,7 +178,7 @@ def test_pruned_tokens_come_back_from_their_aux_slot_with_the_full_models_kv(mon
         return mx.where(mx.arange(count) == dropped, -1.0, scores)
 
     monkeypatch.setattr(prefill.Ranker, "own", lowest_for_dropped)
-    config = LazyConfig(schedule=((1 / 6, 39 / 40),), decode="revive", revive=1)
+    config = LazyConfig(schedule=((1 / 6, 39 / 40),), decode="revive")
     state = LazyState(model)
     state.record = []
     engine_greedy(model, prompt, 0, config, state)
@@ -291,7 +302,6 @@ PROPERTY_MODEL = None
     selection=st.sampled_from(SELECTIONS),
     chunk=st.sampled_from([7, 2048]),
     scoring=st.tuples(st.integers(1, 12), st.integers(0, 2)),
-    prompt_revive=st.booleans(),
     min_keep=st.sampled_from([0, 5, 40]),
     mass=st.sampled_from([0.0, 0.0, 0.5, 0.9, 1.0]),
     least=st.sampled_from([0.0, 0.1]),
@@ -308,7 +318,6 @@ def test_random_schedules_keep_every_invariant(
     selection,
     chunk,
     scoring,
-    prompt_revive,
     min_keep,
     mass,
     least,
@@ -318,18 +327,18 @@ def test_random_schedules_keep_every_invariant(
     PROPERTY_MODEL = PROPERTY_MODEL or random_model(num_layers=5, seed=3)
     config = LazyConfig(
         schedule=tuple(schedule),
-        keep_first=keep_first,
         decode=decode,
-        revive=revive,
         selection=selection,
-        window=scoring[0],
-        pool=scoring[1],
-        prompt_revive=prompt_revive,
         min_keep=min_keep,
         mass=mass,
         least=least,
         dense=dense,
     )
+    with constants(KEEP_FIRST=keep_first, REVIVE=revive, WINDOW=scoring[0], POOL=scoring[1]):
+        _check_invariants(config, prompt_len, steps, turns, chunk, keep_first)
+
+
+def _check_invariants(config, prompt_len, steps, turns, chunk, keep_first):
     keep = config.pruning_layers(5)
     state = LazyState(PROPERTY_MODEL)
     state.record = []
@@ -351,9 +360,9 @@ def test_random_schedules_keep_every_invariant(
             low, high = config.kept_bounds(keep[layer], n) if layer in keep else (n, n)
             went_on = len(first[layer + 1])
             assert min(n, max(low, forced)) <= went_on <= min(n, max(high, forced)) or (
-                went_on == n and dense < 1  # spread attention: whole from there
+                went_on == n and config.dense < 1  # spread attention: whole from there
             )
-            if not 0 < mass < 1:  # a fixed ratio, or a mass rule keeping up to its ceiling
+            if not 0 < config.mass < 1:  # a fixed ratio, or a mass rule keeping up to its ceiling
                 assert went_on == min(n, max(high, forced))
     depth = np.array(state.aux.depths())
     assert (depth[: min(keep_first, prompt_len)] == 5).all()  # sinks are never pruned
@@ -361,7 +370,7 @@ def test_random_schedules_keep_every_invariant(
 
 def test_a_mass_rule_prunes_a_real_prompt_step_between_its_bounds():
     model = random_model(num_layers=6, seed=5)
-    config = LazyConfig(schedule=((0.34, 1.0), (0.67, 0.6)), mass=0.6, least=0.1, keep_first=2)
+    config = LazyConfig(schedule=((0.34, 1.0), (0.67, 0.6)), mass=0.6, least=0.1)
     state = LazyState(model)
     state.record = []
     prompt = random_tokens(300)
@@ -397,10 +406,9 @@ def test_the_first_cut_falls_where_the_question_points_and_keeps_that_place(monk
     falls at the first candidate layer where it does, keeps that place and its neighbours
     whatever their scores, and a step that points nowhere by the last candidate runs whole."""
     model = random_model(num_layers=6, seed=5)
-    config = LazyConfig(
-        schedule=((0.17, 1.0), (0.67, 1.0)), mass=0.5, least=0.1, point=0.5, keep_first=2,
-        window=4,
-    )  # fmt: skip
+    monkeypatch.setattr(engine_config, "KEEP_FIRST", 2)
+    monkeypatch.setattr(engine_config, "WINDOW", 4)
+    config = LazyConfig(schedule=((0.17, 1.0), (0.67, 1.0)), mass=0.5, least=0.1, point=0.5)
     assert LazyState(model).first_cuts(config) == [1, 2, 3]
     prompt, place = random_tokens(300), 100
 
@@ -538,6 +546,8 @@ def scored_calls(monkeypatch) -> list[np.ndarray]:
 
 
 def test_static_selection_ranks_once_by_the_first_pruning_layer(monkeypatch):
+    monkeypatch.setattr(engine_config, "POOL", 0)  # each token by its own first score
+    monkeypatch.setattr(engine_config, "KEEP_FIRST", 0)
     model = random_model(num_layers=8)
     calls = scored_calls(monkeypatch)
     state = LazyState(model)
@@ -591,10 +601,13 @@ def test_save_load_continue_gives_the_tokens_of_continuing_in_memory(tmp_path, c
         assert mx.allclose(a, b, atol=1e-5)
 
 
-def test_a_context_file_written_before_exact_completion_went_loads_and_continues():
+def test_a_context_file_written_before_exact_completion_went_loads_and_continues(monkeypatch):
     """tests/data/context_0.1.0.safetensors was written by lazymlx at feb4a14 (save_context of
-    this pruned context, not completed); it loads here as the context this code builds."""
-    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive", revive=4)
+    this pruned context, not completed, under that day's scoring: no sinks, the last token's
+    attention, no pool); it loads here as the context this code builds."""
+    for name, value in (("KEEP_FIRST", 0), ("WINDOW", 1), ("POOL", 0)):
+        monkeypatch.setattr(engine_config, name, value)
+    config = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), decode="revive")
     model = random_model(num_layers=6)
     state = LazyState(model)
     engine_greedy(model, random_tokens(40), 4, config, state)
@@ -620,7 +633,7 @@ def test_a_saved_context_from_another_model_is_refused(tmp_path):
 
 
 def test_a_trimmed_never_reviving_context_equals_one_that_never_saw_the_trimmed_tokens():
-    never = LazyConfig(schedule=AGGRESSIVE.schedule, prompt_revive=False)  # decode sparse too
+    never = LazyConfig(schedule=AGGRESSIVE.schedule, selection="static")  # decode sparse too
     model = random_model(num_layers=6)
     prompt, extra, turn = random_tokens(80), random_tokens(30, seed=1), random_tokens(10, seed=2)
     state, reference = LazyState(model), LazyState(model)
@@ -665,9 +678,11 @@ def test_trimming_a_reviving_context_keeps_the_revived_kv_of_earlier_tokens():
         assert cache.offset == len(prompt)
 
 
-def test_only_the_first_revive_steps_of_a_call_revive():
+def test_only_the_first_revive_steps_of_a_call_revive(monkeypatch):
+    monkeypatch.setattr(engine_config, "REVIVE", 4)
+    monkeypatch.setattr(engine_config, "REVIVE_STEPS", 2)
     model = random_model(num_layers=8)
-    config = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive", revive=4, revive_steps=2)
+    config = LazyConfig(schedule=AGGRESSIVE.schedule, decode="revive")
     state = LazyState(model)
     state.record = []
     engine_greedy(model, random_tokens(200), 10, config, state)
@@ -680,10 +695,11 @@ def test_only_the_first_revive_steps_of_a_call_revive():
 
 
 def test_shape_rows_pools_in_text_order_whatever_the_cache_order():
-    ranker = prefill.Ranker(LazyConfig(pool=2), start=0)
+    ranker = prefill.Ranker(LazyConfig(), start=0)
     text = np.array([0.1, 0.9, 0.2, 0.3, 0.05, 0.4], np.float32)
     rows = np.array([3, 0, 5, 1, 4, 2])  # cache order: revived rows come after later ones
-    shaped = ranker.shape_rows(mx.array(text[rows]), mx.array(rows))
+    with constants(POOL=2):
+        shaped = ranker.shape_rows(mx.array(text[rows]), mx.array(rows))
     pooled = np.array([max(text[max(0, i - 2) : i + 1]) for i in range(6)])
     assert np.allclose(np.array(shaped), pooled[rows])
 

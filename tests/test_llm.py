@@ -379,7 +379,7 @@ def test_requests_during_completion_are_neither_lost_nor_reordered(tiny, tiny_mo
 def test_a_loaded_models_own_presets_apply_by_name_in_every_entry_point(tiny_model_dir):
     """A preset calibrated for a model resolves from its name in LLM (given a name or a loader,
     as `serve` gives one) and in generate(lazy=NAME), through the one resolver."""
-    mine = LazyConfig(schedule=((0.5, 0.4),), keep_first=2, complete="never")
+    mine = LazyConfig(schedule=((0.5, 0.4),), complete="never")
     save_preset(str(tiny_model_dir), "mine", mine, {"for": "this test"})
     for model in (str(tiny_model_dir), lambda: lazymlx.load(str(tiny_model_dir))):
         llm = LLM(model, lazy="mine", idle=False)

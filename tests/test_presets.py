@@ -59,7 +59,7 @@ def test_a_calibrated_preset_belongs_to_its_model(tmp_path):
     model_dir = tmp_path / "my-model"
     model_dir.mkdir()
     # JSON makes the schedule's pairs lists: they must come back equal
-    tuned = LazyConfig(schedule=((0.5, 0.7), (0.6, 0.5)), prompt_revive=False, revive_steps=None)
+    tuned = LazyConfig(schedule=((0.5, 0.7), (0.6, 0.5)), selection="paper", complete="never")
     path = save_preset(str(model_dir), "tuned", tuned, {"target": 0.97})
     assert resolve_preset("tuned", str(model_dir)) == tuned
     assert resolve_preset("tuned", str(tmp_path / ".." / tmp_path.name / "my-model")) == tuned
@@ -90,14 +90,14 @@ def test_a_default_whose_schedule_keeps_everything_counts_as_running_whole():
 def test_candidates_build_on_the_models_own_gentle_rule_as_its_strategies_do():
     # a model whose default runs whole and that has its own gentle (saved by its user): its
     # candidates keep that rule's scoring, as resolve_preset's comparison strategies do
-    gentle = replace(PRESETS["gentle"], window=4, pool=6)
+    gentle = replace(PRESETS["gentle"], complete="never")
     save_preset("m", "default", LazyConfig(), {})
     save_preset("m", "gentle", gentle, {})
     default, own = resolve_preset("default", "m"), resolve_preset("gentle", "m")
     candidate = candidate_config(default, "0.5@24% 0.3@57%", own)
-    assert (candidate.window, candidate.pool) == (4, 6)
-    assert resolve("static", "m").window == 4
-    assert candidate_config(default, "0.5@24% 0.3@57%").window == PRESETS["gentle"].window
+    assert candidate.complete == "never"
+    assert resolve("static", "m").complete == "never"
+    assert candidate_config(default, "0.5@24% 0.3@57%").complete == PRESETS["gentle"].complete
 
 
 def test_preset_errors():

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import mlx.core as mx
+from conftest import constants
 
 import lazymlx
 from lazymlx.engine.cache import LazyState
-from lazymlx.engine.config import LazyConfig
+from lazymlx.engine.config import WINDOW, LazyConfig
+from lazymlx.engine.prefill import ranking_queries
 from lazymlx.engine.templates import (
     QUESTION_MOST,
     generation_tail,
@@ -18,7 +20,7 @@ from lazymlx.engine.templates import (
 )
 
 TEXT = " ".join(f"item {i} is {i * 7 % 97}." for i in range(60))
-PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)), window=2, pool=1)
+PRUNING = LazyConfig(schedule=((0.25, 0.5), (0.5, 0.5)))
 
 
 def chat_prompt(tokenizer, text: str = TEXT) -> list[int]:
@@ -46,19 +48,22 @@ def test_the_tail_is_what_the_template_renders_after_the_users_text(tiny):
 
 
 def test_a_chat_turn_observes_window_tokens_before_the_template(tiny):
+    """The tail is observed beside the window's tokens: a chat turn ranks by its question's
+    last words, not by the template alone (LazyLLM's last-token rule, `paper`, does not)."""
     _, tokenizer = tiny
     prompt, tail = chat_prompt(tokenizer), len(generation_tail(tokenizer))
-    past = depths(tiny, prompt, replace(PRUNING, past_template=True))
-    assert past == depths(tiny, prompt, replace(PRUNING, window=PRUNING.window + tail))
-    assert past != depths(tiny, prompt, PRUNING)  # the template alone ranked otherwise
+    assert ranking_queries(PRUNING, tail) == WINDOW + tail
+    paper = replace(PRUNING, selection="paper")
+    assert ranking_queries(paper, tail) == 1
+    with constants(WINDOW=2, POOL=1):
+        assert depths(tiny, prompt, PRUNING) != depths(tiny, prompt, paper)
 
 
-def test_a_raw_prompt_is_scored_as_before(tiny):
+def test_a_raw_prompt_is_scored_by_its_last_window_tokens(tiny):
     _, tokenizer = tiny
-    prompt = tokenizer.encode(TEXT)
-    assert depths(tiny, prompt, replace(PRUNING, past_template=True)) == depths(
-        tiny, prompt, PRUNING
-    )
+    prompt = mx.array(tokenizer.encode(TEXT))
+    assert template_tail(tokenizer, prompt) == 0
+    assert ranking_queries(PRUNING, 0) == WINDOW
 
 
 def test_the_question_is_what_follows_the_last_blank_line_or_message_start(tiny):

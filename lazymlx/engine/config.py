@@ -16,11 +16,29 @@ from lazymlx.errors import LazymlxError
 # to the KV the prompt step left, nothing is revived. "revive": at each pruning layer the new token
 # brings back up to `revive` of the tokens that stopped there, from their Aux slots.
 DECODE_MODES = ("sparse", "revive")
-# How a pruning layer ranks tokens. "attention": the attention the prompt's last tokens pay at that
-# layer (LazyLLM's rule with window=1). The paper's two baselines, run by the same engine at the
-# same schedule: "static" ranks once, at the step's first pruning layer, and reuses that order
-# deeper; "random" drops tokens at random.
-SELECTIONS = ("attention", "static", "random")
+# How a pruning layer ranks tokens. "attention": the attention the prompt's last WINDOW tokens
+# pay at that layer, each token taking the POOL after it along (every preset's). The comparison
+# strategies bench and eval run (lazymlx/evals/strategies.py), by the same engine at the same
+# schedule: "paper" is LazyLLM's own rule (the last token's attention, no pool); "static" ranks
+# once, at the step's first pruning layer, and reuses that order deeper; "random" drops tokens
+# at random. The last two are one-shot: a later prompt step revives nothing.
+SELECTIONS = ("attention", "paper", "static", "random")
+
+# What no preset varies (all 9 shipped and the built-in ones agree), so constants, not settings:
+KEEP_FIRST = 4  # the first tokens (attention sinks) are never pruned; the last always goes on
+# Tokens are scored by the attention of the last WINDOW carried tokens, averaged over those
+# queries and the heads (SnapKV's observation window; LazyLLM's rule is 1); a step that ends
+# with the chat template's closing tokens (lazymlx/engine/templates.py) observes WINDOW tokens
+# before them too, so a chat turn is scored by its question, not by its template.
+WINDOW = 8
+# A token scores the best of itself and the POOL carried tokens before it, so the tokens after a
+# high-scoring one (the rest of a number, of a sentence) go on with it: the last token attends
+# most to where an answer starts, and an answer is copied token after token.
+POOL = 12
+# decode="revive": each of a call's first REVIVE_STEPS decode steps brings back up to REVIVE of
+# the tokens that stopped at each pruning layer; later steps decode like "sparse" (the tokens an
+# answer needs are picked in its first steps).
+REVIVE, REVIVE_STEPS = 16, 8
 # What idle time does with a pruned context kept for later turns (lazymlx/engine/complete.py). "fill":
 # every pruned token resumes from its Aux slot through the layers it skipped, each (token, layer)
 # pair computed once. "never": nothing (batch use).
@@ -52,34 +70,18 @@ class LazyConfig:
         line, a name, a key), and that place goes on with its neighbours
         (lazymlx/engine/policy.py); a step whose words point nowhere by then (a summary, a
         question about the whole text) runs whole.
-    keep_first: the first tokens (attention sinks) are never pruned; the step's last token
-        always goes on.
-    window: tokens are scored by the attention the last `window` carried tokens pay them,
-        averaged over those queries and over the query heads (SnapKV's observation window);
-        1 is LazyLLM's last-token rule.
-    past_template: a step that ends with the chat template's closing tokens (the same every
-        turn; lazymlx/engine/templates.py) observes `window` tokens before them too, so a chat turn is
-        scored by its question as a raw prompt is, not by its template.
-    pool: a token scores the best of itself and the `pool` carried tokens before it, so the
-        tokens that follow a high-scoring one (the rest of a number, of a sentence) go on with
-        it: the last token attends most to where an answer starts, and an answer is copied
-        token after token. Counted in carried tokens: after a prune, the neighbours are the
-        next tokens still carried. Static selection pools its first scores again each layer.
     decode: what a decode step does with pruned tokens, one of DECODE_MODES. Prompt steps (the
         prompt, a new chat turn) always prune their own tokens by the schedule.
-    revive: with decode="revive", the most tokens one decode step brings back per pruning layer.
-    revive_steps: how many decode steps of a call revive (None: every step); later steps decode
-        like "sparse". The tokens an answer needs are picked in its first steps.
-    prompt_revive: a prompt step over a pruned context (a chat turn, a question about a kept
-        document) ranks the context tokens pruned at each pruning layer with its own, and the
-        ones a prune of the whole context would keep resume from their Aux slot. Short steps
-        too, though their own tokens run whole (min_prompt).
     min_prompt: prompt steps (a prompt, a chat turn) of fewer tokens run whole: pruning them
         saves little and changes everyday answers.
     min_keep: at each pruning layer at least this many tokens go on (all of them if fewer
         reach it), so the ratios never starve the deep layers of a short prompt: a 500-token
         prompt at 0.5 then 0.3 would leave 75 tokens there, and summaries of it loop.
-    selection: how pruning layers rank tokens, one of SELECTIONS.
+    selection: how pruning layers rank tokens, one of SELECTIONS. With "attention" or "paper", a
+        prompt step over a pruned context (a chat turn, a question about a kept document) ranks
+        the context tokens pruned at each pruning layer with its own, and the ones a prune of
+        the whole context would keep resume from their Aux slot; short steps too, though their
+        own tokens run whole (min_prompt).
     complete: what idle time does with a pruned context kept for later turns (a chat, the
         server's kept conversations, a saved context), one of COMPLETIONS. It never delays an
         answer: it runs in small units between requests, and a request arriving stops it.
@@ -90,38 +92,25 @@ class LazyConfig:
     least: float = 0.0
     dense: float = 1.0
     point: float = 0.0
-    keep_first: int = 0
-    window: int = 1
-    past_template: bool = False
-    pool: int = 0
     decode: str = "sparse"
-    revive: int = 16
-    revive_steps: int | None = 8
-    prompt_revive: bool = True
     min_prompt: int = 0
     min_keep: int = 0
     selection: str = "attention"
     complete: str = "fill"
 
     def __post_init__(self) -> None:
-        for name in ("keep_first", "window", "pool", "revive", "min_prompt", "min_keep"):
+        for name in ("min_prompt", "min_keep"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise LazymlxError(f"{name} must be a whole number, got {value!r}")
-            if value < (1 if name == "window" else 0):
-                raise LazymlxError(f"{name} must be >= {int(name == 'window')}, got {value}")
+            if value < 0:
+                raise LazymlxError(f"{name} must be >= 0, got {value}")
         for name in ("mass", "least", "dense", "point"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise LazymlxError(f"{name} must be a number in [0, 1], got {value!r}")
             if not 0 <= value <= 1:
                 raise LazymlxError(f"{name} must be in [0, 1], got {value}")
-        for name in ("past_template", "prompt_revive"):
-            if not isinstance(getattr(self, name), bool):
-                raise LazymlxError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        steps = self.revive_steps
-        if steps is not None and (type(steps) is not int or steps < 0):  # bool is no number
-            raise LazymlxError(f"revive_steps must be a whole number >= 0 or None, got {steps!r}")
         for name, value, choices in (
             ("decode mode", self.decode, DECODE_MODES),
             ("completion", self.complete, COMPLETIONS),
@@ -130,6 +119,37 @@ class LazyConfig:
             if value not in choices:
                 raise LazymlxError(f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
         object.__setattr__(self, "schedule", _schedule(self.schedule))
+
+    # The constants and what the selection implies, read by the engine as settings are (at
+    # call time, so a test may patch a constant).
+    @property
+    def keep_first(self) -> int:
+        return KEEP_FIRST
+
+    @property
+    def revive(self) -> int:
+        return REVIVE
+
+    @property
+    def revive_steps(self) -> int | None:
+        return REVIVE_STEPS
+
+    @property
+    def window(self) -> int:
+        return 1 if self.selection == "paper" else WINDOW
+
+    @property
+    def past_template(self) -> bool:
+        return self.selection != "paper"
+
+    @property
+    def pool(self) -> int:
+        return 0 if self.selection == "paper" else POOL
+
+    @property
+    def prompt_revive(self) -> bool:
+        """Whether a later prompt step revives context tokens (one-shot selections do not)."""
+        return self.selection in ("attention", "paper")
 
     @property
     def prunes(self) -> bool:
@@ -238,8 +258,7 @@ class LazyConfig:
                 f"points at the text ({self.point:.0%} of a head's attention on one token), "
                 "else whole"
             )
-        if self.keep_first:
-            steps += f", first {self.keep_first} kept"
+        steps += f", first {self.keep_first} kept"
         if self.min_prompt:
             steps += f", prompts under {self.min_prompt} tokens whole"
         if self.min_keep:
@@ -254,7 +273,7 @@ class LazyConfig:
         if decode == "revive":
             span = "every step" if self.revive_steps is None else f"{self.revive_steps} steps"
             decode = f"revive {self.revive} a layer for {span}"
-        revives = self.prompt_revive and self.selection == "attention"
+        revives = self.prompt_revive
         later = "what a whole-context prune keeps" if revives else "none"
         idle = f", idle time completes the context ({self.complete})"
         idle = "" if self.complete == "never" else idle
@@ -287,10 +306,6 @@ FLOOR_TOKENS = 1024
 # both needed 1,024 tokens past each prune up to 1k (benchmarks/studies/2026-11-27-open-answers/).
 _GENTLE = LazyConfig(
     schedule=((0.67, 0.2),),
-    keep_first=4,
-    window=8,
-    past_template=True,
-    pool=12,
     decode="revive",
     min_prompt=256,
     min_keep=FLOOR_TOKENS,

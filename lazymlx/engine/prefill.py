@@ -246,7 +246,7 @@ def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array
     firsts = state.first_cuts(config)
     # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
     waiting = None
-    if start and config.prompt_revive and config.selection == "attention":
+    if start and config.prompt_revive:
         waiting = aux.counts(num_layers)
     aux.extend(tokens, depth=num_layers)
     sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own

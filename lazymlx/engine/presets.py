@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import PRESETS, LazyConfig
+from lazymlx.engine.config import (
+    KEEP_FIRST,
+    POOL,
+    PRESETS,
+    REVIVE,
+    REVIVE_STEPS,
+    WINDOW,
+    LazyConfig,
+)
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -69,10 +77,25 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
     return {name: config_from_dict(entry["config"]) for name, entry in saved.items()}
 
 
+# Settings presets saved before 2026-12-02 still write, now constants (lazymlx/engine/config.py):
+# read where they hold the constant's value, as every preset calibrate saved does.
+CONSTANTS = {
+    "keep_first": KEEP_FIRST,
+    "window": WINDOW,
+    "past_template": True,
+    "pool": POOL,
+    "revive": REVIVE,
+    "revive_steps": REVIVE_STEPS,
+    "prompt_revive": True,
+}
+
+
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
     """A saved config (fields it lacks take LazyConfig's defaults); one that sets a knob
-    LazyConfig does not have is refused rather than run as something else."""
+    LazyConfig does not have (or a former one to another value than its constant's) is refused
+    rather than run as something else."""
     known = {f.name for f in fields(LazyConfig)}
+    entry = {k: v for k, v in entry.items() if k not in CONSTANTS or CONSTANTS[k] != v}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise LazymlxError(

@@ -21,16 +21,11 @@ from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.engine.presets import lazy_config, resolve_preset
 from lazymlx.errors import LazymlxError
 
-
-def _one_shot(config: LazyConfig, selection: str) -> LazyConfig:
-    return replace(config, selection=selection, decode="sparse", prompt_revive=False)
-
-
 STRATEGIES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda base: replace(base, decode="sparse"),
-    "paper": lambda base: replace(base, window=1, past_template=False, pool=0),
-    "static": lambda base: _one_shot(base, "static"),
-    "random": lambda base: _one_shot(base, "random"),
+    "paper": lambda base: replace(base, selection="paper"),
+    "static": lambda base: replace(base, selection="static", decode="sparse"),
+    "random": lambda base: replace(base, selection="random", decode="sparse"),
 }
 
 

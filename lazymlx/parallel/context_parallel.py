@@ -530,7 +530,7 @@ class _Runner:
         self.state, self.plan, self.progress = state, plan, progress
         self.chain = _chain
         self.leads = config is not None
-        config = config or LazyConfig(window=plan.window)
+        config = config or LazyConfig()  # a follower ranks nothing
         ranker = Ranker(config, 0)
         self.step = Step(state, config, plan.chunk, Phase(bool(prune)), ranker, tail, asked)
         p = self.chain.position
