@@ -25,7 +25,7 @@ from functools import cache as cache_once  # the row scores, computed on first u
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.engine import policy
+from lazymlx.engine import hooks, policy
 from lazymlx.engine.blocks import (
     append_kv,
     attention_mask,
@@ -192,11 +192,19 @@ def prompt_step(
     """
     start = state.offset
     step = Step(state, config, chunk, Phase(prune), Ranker(config, start), tail, asked)
+    lanes = hooks.first_prompt_lane() if start == 0 else None
+    lane = lanes(step, tokens) if lanes is not None else None  # a chain's rank 0: the chain
     try:
-        logits = run_layers(step, Alone(step, tokens), progress)
-    except BaseException:
+        lane = lane or Alone(step, tokens)
+        logits = run_layers(step, lane, lane.reporting(progress))
+    except BaseException as error:
         roll_back(step, start)
+        if lane is not None:
+            lane.failed(error)
         raise
+    if lane.cancelled is not None:  # a progress that raised, obeyed once the lane could
+        roll_back(step, start)
+        raise lane.cancelled
     revived = sum(positions.size for positions, _, _ in step.revivals)
     how = step.phase.said(state.num_layers, bool(config.point))
     return PromptResult(logits, revived, how)
@@ -252,6 +260,14 @@ class Lane:
     start: int
     end: int
     ranks: bool = True
+    cancelled: BaseException | None = None  # what a progress call raised, kept till the end
+
+    def reporting(self, progress: Progress | None) -> Progress | None:
+        """The progress callback the loop calls: `progress` itself, so it may raise to cancel."""
+        return progress
+
+    def failed(self, error: BaseException) -> None:
+        """After the step has been rolled back on `error` (which is raised next)."""
 
     def decides(self, layer: int) -> bool:
         """Whether the step may cut its tokens at `layer` (the loop then ranks and applies)."""
