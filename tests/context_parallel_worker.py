@@ -35,6 +35,7 @@ from lazymlx import LazyConfig, LazyState
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.timing import bench_prompt
 from lazymlx.parallel import collectives, context_parallel, distributed
+from lazymlx.parallel.chain_lane import ChainLane
 
 # tests/distributed_worker.py's, without idle completion
 PRUNING = replace(distributed_worker.PRUNING, complete="never")
@@ -84,14 +85,14 @@ def run(model, tokenizer, prompt: list[int], name: str, out: Path, model_path: s
 
 def stall_at(layer: int) -> None:
     """Stop this process when its slice of a prompt step reaches `layer`."""
-    run_layer = context_parallel._Runner.layer
+    reach = ChainLane.reach
 
-    def stalling(runner: context_parallel._Runner, at: int) -> mx.array:
+    def stalling(lane: ChainLane, at: int, deciding: bool) -> mx.array | None:
         if at == layer:
             os.kill(os.getpid(), signal.SIGSTOP)
-        return run_layer(runner, at)
+        return reach(lane, at, deciding)
 
-    context_parallel._Runner.layer = stalling
+    ChainLane.reach = stalling
 
 
 def main() -> None:

@@ -22,7 +22,8 @@ from test_distributed import BIN, Launch, complete, error_lines, on_linux, servi
 from lazymlx import LazyConfig
 from lazymlx.models.registry import DEFAULT_MODEL
 from lazymlx.models.tiny import write_tiny_model
-from lazymlx.parallel.context_parallel import STALL_LAYERS, Chain, Plan, partition, weighted_costs
+from lazymlx.parallel.chain import STALL_LAYERS, Chain, Plan
+from lazymlx.parallel.costs import partition, weighted_costs
 from lazymlx.parallel.distributed import free_ports
 from lazymlx.parallel.watchdog import Watchdog
 

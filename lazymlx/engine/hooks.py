@@ -5,8 +5,8 @@ The engine imports nothing of the parallel wing: the wing hands it these two thi
 - The group a model's heads are split over (tensor parallelism): the pruning scores and the
   memory check must come out the same on every rank, so they reduce over it
   (lazymlx/engine/blocks.py, lazymlx/engine/cache.py).
-- A first prompt's step on a context-parallel chain: rank 0 runs a fresh context's prompt
-  through it instead of `prompt_step` (lazymlx/engine/model.py).
+- A first prompt's lane on a context-parallel chain: rank 0's `prompt_step` runs a fresh
+  context's prompt over it, the layer loop the same (lazymlx/engine/prefill.py: Lane).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import mlx.core as mx
 @dataclass
 class Hooks:
     heads_group: mx.distributed.Group | None = None
-    first_prompt_step: Callable | None = None  # prompt_step's signature and result
+    first_prompt_lane: Callable | None = None  # (Step, tokens) -> Lane | None
 
 
 _hooks = Hooks()
@@ -35,14 +35,14 @@ def set_heads_group(group: mx.distributed.Group | None) -> None:
     _hooks.heads_group = group
 
 
-def first_prompt_step() -> Callable | None:
-    """The step a fresh context's prompt runs through instead of `prompt_step` (a chain's rank
-    0), or None."""
-    return _hooks.first_prompt_step
+def first_prompt_lane() -> Callable | None:
+    """What gives a fresh context's prompt step its lane (a chain's rank 0: the chain, or None
+    where the prompt runs here alone), or None."""
+    return _hooks.first_prompt_lane
 
 
-def set_first_prompt_step(step: Callable | None) -> None:
-    _hooks.first_prompt_step = step
+def set_first_prompt_lane(lanes: Callable | None) -> None:
+    _hooks.first_prompt_lane = lanes
 
 
 def smallest(value: float) -> float:

@@ -67,8 +67,7 @@ class LazyModel(nn.Module):
         revives = config.prunes and config.prompt_revive and state.offset > 0
         revives = revives and bool(state.aux.counts(state.num_layers)[: state.num_layers].any())
         # rank 0 of a context-parallel group runs a first prompt on the chain, pruned or not
-        chain = hooks.first_prompt_step() if state.offset == 0 else None
-        self.prompt_step = chain or prompt_step
+        chain = hooks.first_prompt_lane() if state.offset == 0 else None
         self.lazy_prompt = self.prune_own or revives or chain is not None
         self.pending: list[mx.array] = []  # the prompt's chunks, for the lazy prompt step
         self.decoded = 0  # decode steps run with revival
@@ -86,7 +85,7 @@ class LazyModel(nn.Module):
             if self.remaining:
                 return None  # generate_step ignores what a prompt chunk returns
             tokens = mx.concatenate(self.pending)
-            step = self.prompt_step(
+            step = prompt_step(
                 state, tokens, self.config, self.chunk, self.progress, self.prune_own, self.tail,
                 self.asked,
             )  # fmt: skip

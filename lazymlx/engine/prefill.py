@@ -25,7 +25,7 @@ from functools import cache as cache_once  # the row scores, computed on first u
 import mlx.core as mx
 import numpy as np
 
-from lazymlx.engine import policy
+from lazymlx.engine import hooks, policy
 from lazymlx.engine.blocks import (
     append_kv,
     attention_mask,
@@ -192,14 +192,22 @@ def prompt_step(
     """
     start = state.offset
     step = Step(state, config, chunk, Phase(prune), Ranker(config, start), tail, asked)
+    lanes = hooks.first_prompt_lane() if start == 0 else None
+    lane = lanes(step, tokens) if lanes is not None else None  # a chain's rank 0: the chain
     try:
-        logits = _layers(step, tokens, progress)
-        revived = sum(positions.size for positions, _, _ in step.revivals)
-        how = step.phase.said(state.num_layers, bool(config.point))
-        return PromptResult(logits, revived, how)
-    except BaseException:
+        lane = lane or Alone(step, tokens)
+        logits = run_layers(step, lane, lane.reporting(progress))
+    except BaseException as error:
         roll_back(step, start)
+        if lane is not None:
+            lane.failed(error)
         raise
+    if lane.cancelled is not None:  # a progress that raised, obeyed once the lane could
+        roll_back(step, start)
+        raise lane.cancelled
+    revived = sum(positions.size for positions, _, _ in step.revivals)
+    how = step.phase.said(state.num_layers, bool(config.point))
+    return PromptResult(logits, revived, how)
 
 
 def roll_back(step: Step, start: int) -> None:
@@ -237,54 +245,156 @@ class Carried:
     revived: int = 0
 
 
-def _layers(step: Step, tokens: mx.array, progress: Progress | None) -> mx.array:
-    state, config, ranker = step.state, step.config, step.ranker
-    adapter, aux = state.adapter, state.aux
-    num_layers = state.num_layers
-    start, end = state.offset, state.offset + tokens.size
-    ratios = state.pruning_layers(config)
-    firsts = state.first_cuts(config)
-    # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
-    waiting = None
-    if start and config.prompt_revive:
-        waiting = aux.counts(num_layers)
-    aux.extend(tokens, depth=num_layers)
-    sinks = max(0, min(config.keep_first, end) - start)  # never pruned, so always the first own
-    carried = Carried(adapter.embed(tokens[None]), mx.arange(start, end, dtype=mx.int32), start)
-    for layer, block in enumerate(adapter.layers):
-        cache = state[layer]
-        deepest = layer == num_layers - 1
-        carried.h, observed = _layer(step, layer, carried, forget=layer not in ratios)
-        cache.ends_at(end)
-        own_h, own_positions = carried.h[:, carried.revived :], carried.positions[carried.revived :]
+Scores = Callable[[], mx.array] | None  # the window's attention, computed on first use
+
+
+class Lane:
+    """How a prompt step's layers run where it runs: `run_layers`, the one layer loop, asks a
+    lane at each layer to run it as far as the ranking reads (`reach`), ranks there itself, then
+    has the lane finish the layer (`attend`) and apply the cut (`apply`). One process runs the
+    whole layer in `reach` (`Alone`); the context-parallel chain (lazymlx/parallel/) projects
+    its slice and takes the earlier slices' rows there, attends once the keep decision is on
+    its way, and applies the one rank 0 sent. start, end: the step's positions; ranks: whether
+    this process ranks (on the chain rank 0 alone)."""
+
+    start: int
+    end: int
+    ranks: bool = True
+    cancelled: BaseException | None = None  # what a progress call raised, kept till the end
+
+    def reporting(self, progress: Progress | None) -> Progress | None:
+        """The progress callback the loop calls: `progress` itself, so it may raise to cancel."""
+        return progress
+
+    def failed(self, error: BaseException) -> None:
+        """After the step has been rolled back on `error` (which is raised next)."""
+
+    def decides(self, layer: int) -> bool:
+        """Whether the step may cut its tokens at `layer` (the loop then ranks and applies)."""
+        raise NotImplementedError
+
+    def reach(self, layer: int, deciding: bool) -> mx.array | None:
+        """Run `layer` until the ranking can read it: every key of it in the cache, and the
+        step's last `window` queries (returned)."""
+        raise NotImplementedError
+
+    def own(self) -> int:
+        """How many of the step's own tokens go on into the layer (the layer's last rows)."""
+        raise NotImplementedError
+
+    def attend(self, layer: int, cut: tuple[mx.array, mx.array] | None) -> None:
+        """The rest of `layer` once the cut is known (None: all go on, or not this lane's)."""
+
+    def positions(self) -> list[int]:
+        """The positions computed at the layer just run (the state's record)."""
+        raise NotImplementedError
+
+    def apply(self, layer: int, cut: tuple[mx.array, mx.array] | None, scores: Scores) -> None:
+        """The cut at a deciding layer (scores: the window's attention, None where this process
+        does not rank): the tokens it drops stop there."""
+        raise NotImplementedError
+
+    def finish(self) -> mx.array | None:
+        """After the last layer: the step's last-token logits (None where another process
+        holds them)."""
+        raise NotImplementedError
+
+
+def run_layers(step: Step, lane: Lane, progress: Progress | None = None) -> mx.array | None:
+    """The prompt step's one layer loop, over a lane (in one process or on the chain): each
+    layer reached, ranked where it decides (the cut: `cut_at`), finished, recorded, reported
+    to `progress` and cut; the lane's logits."""
+    state, config = step.state, step.config
+    ratios, firsts = state.pruning_layers(config), state.first_cuts(config)
+    total = lane.end - lane.start
+    sinks = max(0, min(config.keep_first, lane.end) - lane.start)  # never pruned: first own
+    for layer in range(state.num_layers):
+        deciding = lane.decides(layer)
+        observed = lane.reach(layer, deciding)
+        state[layer].ends_at(lane.end)
+        cut, scores = None, None
+        if deciding and lane.ranks:
+            cut, scores = cut_at(step, layer, ratios[layer], firsts, observed, lane.own(), sinks)
+        lane.attend(layer, cut)
         if state.record is not None:
-            state.record.append((layer, carried.positions.tolist()))
+            state.record.append((layer, lane.positions()))
         if progress is not None:
-            progress(tokens.size * (layer + 1) // num_layers, tokens.size)
-        if deepest or layer not in ratios:
-            continue
-        own = carried.positions.size - carried.revived
-        scale = block.self_attn.scale
-        probs = cache_once(lambda c=cache, o=observed, s=scale: ranker.row_probs(o, c, s))
-        scores = cache_once(lambda p=probs: attention_scores(p()[:, :, -step.ranking :]))
-        cut = cut_own(step, layer, ratios[layer], firsts, scores, probs, own, sinks)
-        backlog = waiting is not None and waiting[layer + 1] > 0
+            progress(total * (layer + 1) // state.num_layers, total)
+        if deciding:
+            lane.apply(layer, cut, scores)
+    return lane.finish()
+
+
+def cut_at(
+    step: Step,
+    layer: int,
+    ratio: float,
+    firsts: list[int],
+    observed: mx.array,
+    own: int,
+    sinks: int,
+) -> tuple[tuple[mx.array, mx.array] | None, Callable[[], mx.array]]:
+    """`cut_own` at a deciding layer whose keys are all in the cache, ranked by the `observed`
+    queries; and the window's attention on the layer's rows, computed on first use."""
+    cache, scale = step.state[layer], step.state.adapter.layers[layer].self_attn.scale
+    probs = cache_once(lambda: step.ranker.row_probs(observed, cache, scale))
+    scores = cache_once(lambda: attention_scores(probs()[:, :, -step.ranking :]))
+    return cut_own(step, layer, ratio, firsts, scores, probs, own, sinks), scores
+
+
+class Alone(Lane):
+    """One process's lane: every layer whole (`_layer`), then the cut of the step's own tokens
+    and the revival of context tokens an earlier step pruned there."""
+
+    def __init__(self, step: Step, tokens: mx.array) -> None:
+        state, config = step.state, step.config
+        self.step, self.ratios = step, state.pruning_layers(config)
+        self.start, self.end = state.offset, state.offset + tokens.size
+        # earlier tokens per depth: those at depth l + 1 were pruned at layer l and wait there
+        self.waiting = None
+        if self.start and config.prompt_revive:
+            self.waiting = state.aux.counts(state.num_layers)
+        state.aux.extend(tokens, depth=state.num_layers)
+        positions = mx.arange(self.start, self.end, dtype=mx.int32)
+        self.carried = Carried(state.adapter.embed(tokens[None]), positions, self.start)
+
+    def decides(self, layer: int) -> bool:
+        return layer in self.ratios and layer < self.step.state.num_layers - 1
+
+    def reach(self, layer: int, deciding: bool) -> mx.array | None:
+        forget = layer not in self.ratios
+        self.carried.h, observed = _layer(self.step, layer, self.carried, forget)
+        return observed
+
+    def own(self) -> int:
+        return self.carried.positions.size - self.carried.revived
+
+    def positions(self) -> list[int]:
+        return self.carried.positions.tolist()
+
+    def apply(self, layer: int, cut: tuple[mx.array, mx.array] | None, scores: Scores) -> None:
+        step, carried, own = self.step, self.carried, self.own()
+        state, aux = step.state, step.state.aux
+        own_h, own_positions = carried.h[:, carried.revived :], carried.positions[carried.revived :]
+        backlog = self.waiting is not None and self.waiting[layer + 1] > 0
         if cut is None and not carried.revived and not backlog:
-            continue
-        aux.make_slots(adapter.hidden_size, state.dtype)
+            return
+        aux.make_slots(state.adapter.hidden_size, state.dtype)
         kept, dropped = cut or (mx.arange(own), mx.arange(0))
         aux.move(own_positions[dropped], layer + 1, None, own_h[0, dropped])  # they stop here
         back_h, back = carried.h[:, : carried.revived], carried.positions[: carried.revived]
         if carried.revived or backlog:  # context tokens: what a prune of the whole context keeps
             back_h, back = _revive(step, layer, scores(), carried)
-        carried = Carried(
+        self.carried = Carried(
             mx.concatenate([back_h, own_h[:, kept]], axis=1),
             mx.concatenate([back, own_positions[kept]]),
             carried.first if kept.size == own else None,
             back.size,
         )
-        step.evaluate(carried.h, carried.positions, aux.hidden, aux.depth)
-    return adapter.logits(carried.h[:, -1:])
+        step.evaluate(self.carried.h, self.carried.positions, aux.hidden, aux.depth)
+
+    def finish(self) -> mx.array:
+        return self.step.state.adapter.logits(self.carried.h[:, -1:])
 
 
 def cut_own(

@@ -27,212 +27,37 @@ context. Rank 0 starts each step with a header (tokens, slices, pruning layers) 
 the same way as the decisions; the other ranks wait for headers in `follow` until rank 0's
 `lead` block ends.
 
-A follower's rows of a layer (positions, keys and values, and at a pruning layer the last
-queries) travel as one message. It goes through a stream of the chain's own, posted before the
-compute it overlaps (on the default stream) and waited for right after it; nothing else goes on
-the chain meanwhile, and every other message is sent or received and waited for at once. One
-message in flight, never two, is what keeps a lost rank from hanging the others: MLX's ring
-backend fails what is pending on a socket whose peer is gone and then stops serving that socket
-for good, so a message queued behind a failed one never ends, and neither does an evaluation
-that meets the stream's error and, cleaning up, waits for that stream to drain (the old overlap,
-reverted in 30893b4, hung there). With one in flight the failed message is the one waited for,
-and its error ends the rank with its one line.
-
-Every wait on a neighbour inside a step has a deadline (lazymlx/parallel/watchdog.py,
-LAZYMLX_STALL_TIMEOUT): a rank that stalls with its connections open ends the chain with one
-line per rank, naming the rank and what it waited for. The wait for the next header is idle by
-design (rank 0 decodes, serves nobody, times one process) and has none: a rank 0 that dies
-closes its connections, which ends the wait at once.
+The messages themselves (one in flight, never two; a deadline on every wait inside a step) are
+lazymlx/parallel/chain.py's; the slices' costs lazymlx/parallel/costs.py's. A rank runs its part
+of a step through the engine's own layer loop (lazymlx/engine/prefill.py: `run_layers`) over its
+lane (lazymlx/parallel/chain_lane.py); rank 0's `prompt_step` gets it from `chain_lane`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from functools import cache as cache_once  # the window's attention, computed on first use
 
 import mlx.core as mx
 import numpy as np
 
 from lazymlx.engine import hooks
-from lazymlx.engine.blocks import append_kv, attend, attention_scores
-from lazymlx.engine.cache import LazyKVCache, LazyState
+from lazymlx.engine.cache import LazyState
 from lazymlx.engine.config import LazyConfig
-from lazymlx.engine.policy import Phase
-from lazymlx.engine.prefill import (
-    PREFILL_CHUNK,
-    Carried,
-    Progress,
-    PromptResult,
-    Ranker,
-    Step,
-    cut_own,
-    observed_queries,
-    prompt_step,
-    roll_back,
-)
+from lazymlx.engine.prefill import Step, observed_queries, run_layers
 from lazymlx.errors import LazymlxError, RankError
 from lazymlx.parallel import distributed
+from lazymlx.parallel.chain import Chain, Plan
+from lazymlx.parallel.chain_lane import ChainLane
+from lazymlx.parallel.costs import layer_cost, partition, timed_costs, weighted_costs
 from lazymlx.parallel.watchdog import Watchdog, stall_timeout
 
 MIN_SLICE = 64  # a prompt shorter than this per rank runs on rank 0 alone: hops would cost more
 STEP, STOP = 1, 0  # header kinds
-# A healthy chain's longest wait is its filling up, at the first layer and after each keep
-# decision: a rank waits for every slice ahead of it to run a layer, under one process's time
-# for the whole layer with balanced slices (plus the ranking and the messages). Four of them
-# leave room for a rank on a machine up to ~4x slower than rank 0's, where the costs are
-# timed, and for the timing's extrapolation from 1k tokens to long prompts.
-STALL_LAYERS = 4
-MESSAGES = {  # what each message carries, for the lines of a rank that waited too long
-    "header": "the step's header",
-    "kv": "the keys and values of layer {layer}",
-    "decision": "the keep decision of layer {layer}",
-    "slots": "the Aux slots of the pruned tokens",
-}
 
 _chain: Chain | None = None
-
-
-@dataclass
-class Traffic:
-    """What this rank sent: (layer or -1 for the header and the end, what, bytes) per message."""
-
-    messages: list[tuple[int, str, int]] = field(default_factory=list)
-
-    def per_layer(self) -> dict[int, tuple[int, int]]:
-        """layer → (messages, bytes)."""
-        out: dict[int, tuple[int, int]] = {}
-        for layer, _, size in self.messages:
-            count, total = out.get(layer, (0, 0))
-            out[layer] = (count + 1, total + size)
-        return out
-
-
-@dataclass
-class Posted:
-    """A send on its way (Chain.post): what to wait for, and what to record once it has passed."""
-
-    sent: mx.array
-    layer: int
-    what: str
-    nbytes: int
-
-
-class Chain:
-    """A group run as a context-parallel chain: rank 1 holds the first slice, rank 0 the last.
-
-    Messages go through a stream of the chain's own (`stream`), so that a send runs beside the
-    compute on the default stream; a receiver knows each message by its place in the order."""
-
-    def __init__(self, group: mx.distributed.Group, watchdog: Watchdog) -> None:
-        self.group, self.watchdog = group, watchdog
-        self.rank, self.size = group.rank(), group.size()
-        self.position = (self.rank - 1) % self.size  # in the chain
-        self.next, self.previous = (self.rank + 1) % self.size, (self.rank - 1) % self.size
-        self.streams: dict[int, mx.Stream] = {}  # per thread
-        self.posted: Posted | None = None  # the message in flight, if any
-        self.traffic = Traffic()
-        self.times: list[tuple[int, float]] = []  # (layer, seconds of own compute), last step
-        self.plan: Plan | None = None  # the last step's
-
-    @property
-    def leads(self) -> bool:
-        return self.rank == 0
-
-    def deadline(self) -> float:
-        """Seconds a wait of this step may take: STALL_LAYERS times its prompt's whole first
-        layer as rank 0 models it, or the watchdog's shortest (LAZYMLX_STALL_TIMEOUT) if longer."""
-        modelled = STALL_LAYERS * self.plan.layer_ms / 1000 if self.plan is not None else 0.0
-        return max(self.watchdog.shortest, modelled)
-
-    @property
-    def stream(self) -> mx.Stream:
-        """This thread's message stream: MLX's streams belong to the thread that made them, and
-        a server runs its steps on a generation thread."""
-        thread = threading.get_ident()
-        if thread not in self.streams:
-            self.streams[thread] = mx.new_stream(mx.cpu)
-        return self.streams[thread]
-
-    def post(self, array: mx.array, layer: int, what: str) -> Posted | None:
-        """Start sending an evaluated array to the next rank and go on (an empty array sends
-        nothing: the receiver knows). The caller waits for it (`wait`) before anything else
-        goes on the chain: one message in flight, never two (see the module's docstring)."""
-        if not array.size:
-            return None
-        self.check_idle()
-        sent = mx.distributed.send(array, self.next, group=self.group, stream=self.stream)
-        mx.async_eval(sent)
-        self.posted = Posted(sent, layer, what, array.nbytes)
-        return self.posted
-
-    def wait(self, posted: Posted | None) -> None:
-        """Until a posted send has passed (it blocks until the next rank takes the bytes), within
-        the stall deadline; a lost rank raises here."""
-        if posted is None:
-            return
-        what = _message(posted.what, posted.layer)
-        with self.watchdog.waiting(f"rank {self.next} to take {what}", self.deadline()):
-            mx.eval(posted.sent)
-        self.posted = None
-        self.traffic.messages.append((posted.layer, posted.what, posted.nbytes))
-
-    def check_idle(self) -> None:
-        """Refuse a second message while one is in flight: behind a message that fails, it
-        would hang this rank for good (see the module's docstring)."""
-        if self.posted is not None:
-            raise RuntimeError(
-                f"a message on the chain while {_message(self.posted.what, self.posted.layer)} "
-                "is in flight"
-            )
-
-    def send(self, array: mx.array, layer: int, what: str) -> None:
-        """Send to the next rank now, within the stall deadline."""
-        self.wait(self.post(array, layer, what))
-
-    def receive(
-        self, shape: tuple[int, ...], dtype: mx.Dtype, layer: int, what: str, idle: bool = False
-    ) -> mx.array:
-        """Receive from the previous rank now (an empty shape receives nothing), within the
-        stall deadline unless the wait is `idle` by design."""
-        if not math.prod(shape):
-            return mx.zeros(shape, dtype)
-        self.check_idle()
-        received = mx.distributed.recv(
-            shape, dtype, self.previous, group=self.group, stream=self.stream
-        )
-        if idle:
-            mx.eval(received)
-            return received
-        with self.watchdog.waiting(
-            f"{_message(what, layer)} from rank {self.previous}", self.deadline()
-        ):
-            mx.eval(received)
-        return received
-
-
-def _message(what: str, layer: int) -> str:
-    return MESSAGES[what].format(layer=layer)
-
-
-def pack(*arrays: mx.array) -> mx.array:
-    """Arrays of any shapes and dtypes as one message of bytes (`unpack` reads it)."""
-    return mx.concatenate([mx.view(array.flatten(), mx.uint8) for array in arrays])
-
-
-def unpack(message: mx.array, parts: list[tuple[tuple[int, ...], mx.Dtype]]) -> list[mx.array]:
-    """The arrays of (shape, dtype) `parts` that `pack` put in `message`, in order."""
-    arrays, at = [], 0
-    for shape, dtype in parts:
-        size = math.prod(shape) * dtype.size
-        arrays.append(mx.view(message[at : at + size], dtype).reshape(shape))
-        at += size
-    return arrays
 
 
 def join(group: mx.distributed.Group) -> None:
@@ -248,7 +73,7 @@ def join(group: mx.distributed.Group) -> None:
         )
     _chain = Chain(group, Watchdog(stall_timeout()))
     if _chain.leads:  # the engine runs a fresh context's prompt through the chain
-        hooks.set_first_prompt_step(lazy_prompt_step)
+        hooks.set_first_prompt_lane(chain_lane)
 
 
 def chain() -> Chain | None:
@@ -262,102 +87,6 @@ def check_model(state: LazyState) -> None:
             "context parallelism runs models without sliding-window layers (this one has "
             "them); use --parallel tensor or one process"
         )
-
-
-@dataclass
-class Plan:
-    """One chain step as every rank runs it: the prompt, the slices (bounds[p]..bounds[p+1] for
-    chain position p), the chunk, the scoring window, the layers whose keep decision rank 0
-    sends back, and the whole prompt's first layer in one process as rank 0 models it (ms),
-    which sets the step's stall deadline."""
-
-    tokens: np.ndarray
-    bounds: list[int]
-    chunk: int
-    window: int
-    decisions: list[int]
-    layer_ms: int = 0
-
-    def encode(self) -> mx.array:
-        head = [self.chunk, self.window, self.layer_ms, len(self.decisions), *self.decisions]
-        head += [len(self.bounds), *self.bounds]
-        return mx.array(np.concatenate([np.array(head, np.int64), self.tokens]).astype(np.int32))
-
-    @classmethod
-    def decode(cls, array: mx.array) -> Plan:
-        values = np.array(array).astype(np.int64)
-        chunk, window, layer_ms, count = (int(v) for v in values[:4])
-        decisions = values[4 : 4 + count].tolist()
-        at = 4 + count
-        bounds = values[at + 1 : at + 1 + int(values[at])].tolist()
-        return cls(values[at + 1 + len(bounds) :], bounds, chunk, window, decisions, layer_ms)
-
-
-def layer_cost(tokens: float, token_cost: float, pair_cost: float) -> float:
-    """A layer over a prompt's first `tokens` tokens, causally: a cost per token and one per
-    (query, key) pair it attends."""
-    return token_cost * tokens + pair_cost * tokens * (tokens + 1) / 2
-
-
-def partition(tokens: int, ranks: int, token_cost: float, pair_cost: float) -> list[int]:
-    """Slice bounds so that every rank's share of a layer costs the same: a slice a..b costs
-    token_cost × (b - a) + pair_cost × (queries × keys it attends), and earlier slices attend
-    to fewer keys, so they get more tokens (KV-Runahead's uneven partition)."""
-    total, bounds = layer_cost(tokens, token_cost, pair_cost), [0]
-    for p in range(1, ranks):
-        target = total * p / ranks  # solve layer_cost(x) = target
-        a, b = pair_cost / 2, token_cost + pair_cost / 2
-        x = target / b if a == 0 else (-b + math.sqrt(b * b + 4 * a * target)) / (2 * a)
-        bounds.append(min(max(round(x), bounds[-1] + 1), tokens - (ranks - p)))
-    return [*bounds, tokens]
-
-
-def weighted_costs(
-    config: LazyConfig, layers: int, token_cost: float, pair_cost: float
-) -> tuple[float, float]:
-    """The per-token and per-pair costs averaged over the layers as the schedule thins them: a
-    layer keeping a share r of the tokens costs r per token and r² per pair (queries and keys
-    both thinned), so pruning makes the token term weigh more and the slices more even."""
-    ratios, share, tokens = config.pruning_layers(layers, deferred=False), 1.0, 0.0
-    pairs = 0.0
-    for layer in range(layers):
-        tokens, pairs = tokens + share, pairs + share * share
-        share *= ratios.get(layer, 1.0)
-    return token_cost * tokens / layers, pair_cost * pairs / layers
-
-
-def timed_costs(state: LazyState, tokens: int = 256, earlier: int = 768) -> tuple[float, float]:
-    """Seconds per (token, layer) and per (query, key) pair on this machine: one block timed on
-    `tokens` tokens alone and after `earlier` rows, the median of three each."""
-    from lazymlx.engine.blocks import attention_mask, block_forward
-    from lazymlx.engine.cache import LazyKVCache
-
-    adapter, block = state.adapter, state.adapter.layers[0]
-    x = mx.random.normal((1, tokens + earlier, adapter.hidden_size)).astype(state.dtype)
-    mx.eval(x)
-
-    def run(skip: int) -> float:
-        times = []
-        for _ in range(3):
-            cache = LazyKVCache()
-            if skip:
-                positions = mx.arange(skip, dtype=mx.int32)
-                block_forward(adapter, block, cache, x[:, :skip], positions, 0, "causal")
-                mx.eval(cache.keys, cache.values)
-            at = mx.arange(skip, skip + tokens, dtype=mx.int32)
-            started = time.perf_counter()
-            out, _ = block_forward(
-                adapter, block, cache, x[:, skip : skip + tokens], at, skip,
-                attention_mask(cache, at, None),
-            )  # fmt: skip
-            mx.eval(out)
-            times.append(time.perf_counter() - started)
-        return sorted(times)[1]
-
-    alone, after = run(0), run(earlier)
-    pair = max(after - alone, 0.0) / (tokens * earlier)
-    token = max(alone - pair * tokens * (tokens + 1) / 2, 1e-12) / tokens
-    return token, pair
 
 
 _costs: dict[int, tuple[float, float]] = {}  # per model (id): timed once per process
@@ -412,12 +141,12 @@ def alone() -> Iterator[None]:
     wait for the next header), e.g. to time one process beside the chain (`lazymlx bench`)."""
     global _chain
     held, _chain = _chain, None
-    hooks.set_first_prompt_step(None)
+    hooks.set_first_prompt_lane(None)
     try:
         yield
     finally:
         _chain = held
-        hooks.set_first_prompt_step(lazy_prompt_step)
+        hooks.set_first_prompt_lane(chain_lane)
 
 
 def stop() -> None:
@@ -429,7 +158,7 @@ def stop() -> None:
     with suppress(RuntimeError):
         _chain.send(mx.array([STOP, 0], mx.int32), -1, "header")
     _chain = None
-    hooks.set_first_prompt_step(None)
+    hooks.set_first_prompt_lane(None)
 
 
 def follow(model: object) -> None:
@@ -449,310 +178,31 @@ def follow(model: object) -> None:
             encoded = _chain.receive((length,), mx.int32, -1, "header")
             if _chain.next != 0:
                 _chain.send(encoded, -1, "header")
-            _Runner(LazyState(model), Plan.decode(encoded), None, None, None).run()
+            lane = ChainLane.following(_chain, LazyState(model), Plan.decode(encoded))
+            run_layers(lane.step, lane)
     except (RuntimeError, RankError) as error:
         distributed.fail(error)
 
 
-def lazy_prompt_step(
-    state: LazyState,
-    tokens: mx.array,
-    config: LazyConfig,
-    chunk: int = PREFILL_CHUNK,
-    progress: Progress | None = None,
-    prune: bool = True,
-    tail: int = 0,
-    asked: int = 0,
-) -> PromptResult:
-    """Rank 0's prompt step: `prompt_step`'s result and context, the prompt run on the chain.
+def chain_lane(step: Step, tokens: mx.array) -> ChainLane | None:
+    """Rank 0's lane for a fresh context's prompt step (the engine's `prompt_step` asks, through
+    lazymlx/engine/hooks.py): the chain, its header sent, or None where the prompt runs here
+    alone, as in one process (no chain led here, a prompt too short).
 
-    A first prompt long enough runs on the chain; anything else (a later turn, a short prompt)
-    runs here alone, as in one process. A progress callback that raises (a cancelled request)
-    is obeyed once the chain has finished the step (the other ranks are mid-step): the step is
-    then rolled back and the error raised. A rank lost or out of step ends this process with
-    one error line (lazymlx/parallel/distributed.py: fail), as it ends every other rank's.
+    `prompt_step` then runs the chain's layers, returns its result and leaves rank 0's context
+    as one process would. A progress callback that raises (a cancelled request) is obeyed once
+    the chain has finished the step (the other ranks are mid-step): the step is then rolled back
+    and the error raised. A rank lost or out of step ends this process with one error line
+    (lazymlx/parallel/distributed.py: fail), as it ends every other rank's.
     """
     if _chain is None or not _chain.leads:
-        return prompt_step(state, tokens, config, chunk, progress, prune, tail, asked)
+        return None
+    state, config = step.state, step.config
     check_model(state)
-    plan = plan_for(state, tokens, config, chunk, prune, tail, asked)
+    plan = plan_for(state, tokens, config, step.chunk, step.phase.prune, step.tail, step.asked)
     if plan is None:
-        return prompt_step(state, tokens, config, chunk, progress, prune, tail, asked)
+        return None
     encoded = plan.encode()
     _chain.send(mx.array([STEP, encoded.size], mx.int32), -1, "header")
     _chain.send(encoded, -1, "header")
-    runner = _Runner(state, plan, config, progress, prune, tail, asked)
-    try:
-        logits = runner.run()
-    except BaseException as error:
-        roll_back(runner.step, 0)
-        if isinstance(error, RuntimeError | RankError):  # a rank gone, or out of step
-            distributed.fail(error)  # the chain can't go on: this rank's one line, and out
-        raise
-    if runner.cancelled is not None:
-        roll_back(runner.step, 0)
-        raise runner.cancelled
-    how = runner.step.phase.said(state.num_layers, bool(config.point))
-    return PromptResult(logits, 0, how)  # a first prompt: nothing earlier to revive
-
-
-@dataclass
-class Chunk:
-    """A chunk of this slice's tokens projected at a layer: its input, its queries, and how many
-    of the slice's rows (its own included) it may attend to."""
-
-    x: mx.array
-    queries: mx.array
-    rows: int
-
-
-class _Runner:
-    """One rank's part of one chain step. Rank 0 (config given) also ranks, sends the keep
-    decisions and ends with the whole context; the others keep nothing after the step.
-
-    At each layer a rank projects its own tokens, takes the earlier slices' rows off the chain,
-    and posts them with its own to the next rank before it attends, so the next rank's layer
-    runs beside this one's attention and MLP (KV-Runahead's overlap); rank 0 ranks a pruning
-    layer as soon as every key and the last queries are there, before its own attention, since
-    the ranking reads nothing else. The posted message is waited for once the compute is done.
-    """
-
-    def __init__(
-        self,
-        state: LazyState,
-        plan: Plan,
-        config: LazyConfig | None,
-        progress: Progress | None,
-        prune: bool | None,
-        tail: int = 0,
-        asked: int = 0,
-    ) -> None:
-        self.state, self.plan, self.progress = state, plan, progress
-        self.chain = _chain
-        self.leads = config is not None
-        config = config or LazyConfig()  # a follower ranks nothing
-        ranker = Ranker(config, 0)
-        self.step = Step(state, config, plan.chunk, Phase(bool(prune)), ranker, tail, asked)
-        p = self.chain.position
-        self.begin, self.end = plan.bounds[p], plan.bounds[p + 1]
-        self.total = len(plan.tokens)
-        self.carried = np.arange(self.total)  # every slice's tokens still going deeper
-        tokens = mx.array(plan.tokens.astype(np.int32))
-        own = mx.arange(self.begin, self.end, dtype=mx.int32)
-        h = state.adapter.embed(tokens[None, self.begin : self.end])
-        self.own = Carried(h, own, self.begin)  # this slice's tokens still going deeper
-        self.slots: list[tuple[np.ndarray, mx.array]] = []  # own tokens pruned: Aux slots
-        self.cancelled: BaseException | None = None
-        if self.leads:
-            state.aux.extend(tokens, depth=state.num_layers)
-        self.chain.times, self.chain.traffic, self.chain.plan = [], Traffic(), plan
-
-    def run(self) -> mx.array | None:
-        """Every layer, then the gathering of Aux slots; rank 0's last-token logits."""
-        out = None
-        for layer in range(self.state.num_layers):
-            out = self.layer(layer)
-        self.gather()
-        return self.state.adapter.logits(out[:, -1:]) if self.leads else None
-
-    def layer(self, layer: int) -> mx.array:
-        """One layer of this rank's slice: project, take the earlier rows, forward them with
-        its own (rank 0: rank a pruning layer and send the decision), attend and run the MLP
-        while that message travels, then wait for it and apply a keep decision."""
-        state, plan, chain = self.state, self.plan, self.chain
-        deepest = layer == state.num_layers - 1
-        deciding = layer in plan.decisions and not deepest
-        earlier = self.carried[self.carried < self.begin]
-        started = time.perf_counter()
-        chunks, own_kv, observed = self.project(layer)
-        projecting = time.perf_counter() - started
-        seen = self.take(layer, earlier, deciding)
-        cache = state[layer]
-        if own_kv is not None:
-            cache.append(own_kv[None, 0], own_kv[None, 1], self.own.positions)
-        if observed is not None and seen is not None:
-            observed = mx.concatenate([seen, observed], axis=2)[:, :, -plan.window :]
-        elif observed is None:
-            observed = seen
-        mask = self.rank(layer, observed) if self.leads and deciding else None
-        out = self.attend(layer, chunks, deepest)  # built here, run below
-        posted = self.forward(layer, deciding, observed, mask)
-        started = time.perf_counter()
-        mx.eval(out)  # the posted message travels meanwhile
-        chain.times.append((layer, projecting + time.perf_counter() - started))
-        chain.wait(posted)
-        cache.ends_at(self.total)
-        if self.leads:
-            if state.record is not None:
-                state.record.append((layer, self.carried.tolist()))
-            self.report(layer)
-        if deciding:
-            self.decide(layer, out, mask)
-        else:
-            self.own.h = out
-        return out
-
-    def project(self, layer: int) -> tuple[list[Chunk], mx.array | None, mx.array | None]:
-        """This slice's tokens at `layer` projected, chunk by chunk as the engine's `_layer`
-        cuts them: the chunks (input, queries, own rows up to its end); the own keys and values
-        stacked (2, kv heads, tokens, head dim); the last `window` queries. They need nothing
-        from the other ranks, so they run first, beside the wait for the earlier rows."""
-        own, adapter = self.own, self.state.adapter
-        count, chunk, window = own.positions.size, self.plan.chunk, self.plan.window
-        if not count:
-            return [], None, None
-        block, scratch = adapter.layers[layer], LazyKVCache()
-        chunks, observed = [], None
-        for begin in range(0, count, chunk):
-            x, at = own.h[:, begin : begin + chunk], own.positions[begin : begin + chunk]
-            run = None if own.first is None else own.first + begin
-            queries = append_kv(adapter, block, scratch, x, at, run)
-            chunks.append(Chunk(x, queries, scratch.rows))
-            last = queries[:, :, -window:]
-            observed = last if observed is None else mx.concatenate([observed, last], axis=2)
-            observed = observed[:, :, -window:]
-        keys, values = scratch.fetch()
-        own_kv = mx.concatenate([keys, values])
-        mx.async_eval(own_kv, observed, *(c.queries for c in chunks))
-        return chunks, own_kv, observed
-
-    def take(self, layer: int, earlier: np.ndarray, deciding: bool) -> mx.array | None:
-        """The earlier slices' rows of `layer` off the chain, into the cache, their positions
-        checked; at a pruning layer the last queries so far too (for rank 0's ranking)."""
-        if not earlier.size:
-            return None
-        state, chain, adapter = self.state, self.chain, self.state.adapter
-        parts = [((earlier.size,), mx.int32)]
-        parts += [((2, adapter.num_kv_heads, earlier.size, adapter.head_dim), state.dtype)]
-        if deciding:
-            window = min(self.plan.window, earlier.size)
-            parts += [((1, adapter.num_heads, window, adapter.head_dim), state.dtype)]
-        size = sum(math.prod(shape) * dtype.size for shape, dtype in parts)
-        positions, kv, *seen = unpack(chain.receive((size,), mx.uint8, layer, "kv"), parts)
-        if not np.array_equal(np.array(positions), earlier):
-            raise RankError(
-                f"rank {chain.rank} expected the rows of positions {earlier[0]}..{earlier[-1]}"
-                f" ({earlier.size}) from rank {chain.previous} at layer {layer}, and got "
-                f"other rows: the ranks no longer agree on the prompt step"
-            )
-        state[layer].append(kv[None, 0], kv[None, 1], positions)
-        return seen[0] if seen else None
-
-    def attend(self, layer: int, chunks: list[Chunk], deepest: bool) -> mx.array:
-        """The slice's projected tokens attend over every row they may see (the cache's rows up
-        to each chunk's last, as `block_forward` fetches them) and run the MLP, unevaluated; at
-        the deepest layer only rank 0's last token, the one output read (the others none)."""
-        if not chunks or (deepest and not self.leads):
-            return self.own.h
-        adapter, cache = self.state.adapter, self.state[layer]
-        block = adapter.layers[layer]
-        keys, values = cache.fetch()
-        before = cache.rows - chunks[-1].rows  # the earlier slices' rows
-        outputs = []
-        for chunk in chunks[-1:] if deepest else chunks:
-            x, queries = chunk.x, chunk.queries
-            mask = "causal" if x.shape[1] > 1 else None
-            if deepest:
-                x, queries, mask = x[:, -1:], queries[:, :, -1:], None
-            rows = before + chunk.rows
-            out = attend(
-                queries, keys[..., :rows, :], values[..., :rows, :], block.self_attn.scale, mask
-            )
-            attended = block.self_attn.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
-            outputs.append(adapter.finish_block(block, x, attended))
-        return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=1)
-
-    def forward(
-        self, layer: int, deciding: bool, observed: mx.array | None, mask: mx.array | None
-    ) -> Posted | None:
-        """Post this layer's message to the next rank: a follower's rows (positions, keys and
-        values; the last queries at a pruning layer) as one, rank 0's keep decision. Evaluated
-        first, so the send waits on nothing the compute stream runs after it."""
-        chain, cache = self.chain, self.state[layer]
-        if self.leads:
-            if mask is None:
-                return None
-            mx.eval(mask)
-            return chain.post(mask, layer, "decision")
-        if not cache.rows:
-            return None
-        keys, values = cache.fetch()
-        parts = [cache.row_positions(), mx.concatenate([keys, values])]
-        if deciding:
-            parts.append(observed)
-        message = pack(*parts)
-        mx.eval(message)
-        cache.keys = cache.values = None  # forwarded: the attention holds what it reads
-        return chain.post(message, layer, "kv")
-
-    def report(self, layer: int) -> None:
-        if self.progress is None or self.cancelled is not None:
-            return
-        try:
-            layers = self.state.num_layers
-            self.progress(self.total * (layer + 1) // layers, self.total)
-        except BaseException as error:  # the chain is mid-step: finish it, then obey
-            self.cancelled = error
-
-    def decide(self, layer: int, out: mx.array, mask: mx.array | None) -> None:
-        """The keep decision at a pruning layer: rank 0 has ranked every carried token with the
-        one-process rule and sent the mask on; every other rank receives it and passes it on;
-        every rank applies it."""
-        chain, count = self.chain, self.carried.size
-        if mask is None:
-            mask = chain.receive((count,), mx.uint8, layer, "decision")
-            if chain.next != 0:
-                chain.send(mask, layer, "decision")
-        kept = np.array(mask).astype(bool)
-        mine = (self.carried >= self.begin) & (self.carried < self.end)
-        own_kept = kept[mine]
-        if not own_kept.all():
-            dropped = np.flatnonzero(~own_kept)
-            self.slots.append((self.carried[mine][dropped], out[0, mx.array(dropped)]))
-            self.own.first = None
-        going = mx.array(np.flatnonzero(own_kept).astype(np.int32))
-        self.own.h, self.own.positions = out[:, going], self.own.positions[going]
-        if self.leads and not kept.all():
-            gone = mx.array(self.carried[~kept].astype(np.int32))
-            self.state.aux.move(gone, layer + 1, None)
-        self.carried = self.carried[kept]
-        mx.eval(self.own.h, self.own.positions)
-
-    def rank(self, layer: int, observed: mx.array) -> mx.array:
-        """prefill's cut, over the rows this rank now holds (all of them): the keep mask."""
-        step, state = self.step, self.state
-        count = self.carried.size
-        sinks = min(step.config.keep_first, self.total)
-        ratio = state.pruning_layers(step.config)[layer]
-        cache, scale = state[layer], state.adapter.layers[layer].self_attn.scale
-        probs = cache_once(lambda: step.ranker.row_probs(observed, cache, scale))
-        scores = cache_once(lambda: attention_scores(probs()[:, :, -step.ranking :]))
-        firsts = state.first_cuts(step.config)
-        cut = cut_own(step, layer, ratio, firsts, scores, probs, count, sinks)
-        mask = np.ones(count, np.uint8)
-        if cut is not None:
-            mask[:] = 0
-            mask[np.array(cut[0])] = 1
-        return mx.array(mask)
-
-    def gather(self) -> None:
-        """The Aux slots of pruned tokens, slice by slice along the chain to rank 0, in position
-        order."""
-        state, chain = self.state, self.chain
-        gone = np.setdiff1d(np.arange(self.total), self.carried)
-        hidden = state.adapter.hidden_size
-        before = gone[gone < self.begin]
-        slots = chain.receive((before.size, hidden), state.dtype, -1, "slots")
-        if self.slots:
-            positions = np.concatenate([p for p, _ in self.slots])
-            order = mx.array(np.argsort(positions).astype(np.int32))
-            mine = mx.concatenate([h for _, h in self.slots])[order]
-            slots = mx.concatenate([slots, mine]) if before.size else mine
-        if not self.leads:
-            chain.send(slots, -1, "slots")
-            return
-        aux = state.aux
-        if gone.size:
-            aux.make_slots(hidden, state.dtype)
-            aux.hidden[mx.array(gone.astype(np.int32))] = slots
-        mx.eval(aux.ids, aux.depth, *([] if aux.hidden is None else [aux.hidden]))
+    return ChainLane(_chain, step, plan)
