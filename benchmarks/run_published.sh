@@ -8,10 +8,8 @@
 #
 # Run from a checkout after `make setup openblas model`, one job at a time (parallel timings
 # lie). A step re-makes its files: a journal is continued (--resume) only under the preset
-# definitions it was made with, so move an old file aside before re-making it. Presets are
-# named as they are today: a journal or bench run made when a schedule had another name (Qwen's
-# `fast` ran as `default` before 2026-11-26) is re-made under today's name, and its card.json
-# maps the old name to the new (or drops the rows of a rule no preset names now).
+# definitions it was made with, so move an old file aside before re-making it. Each file holds
+# today's presets' rows and stock's: the rows of a rule no preset names now stay in its study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=benchmarks/results/models
@@ -33,8 +31,7 @@ card_smollm2() {
   $lazymlx bench -m smollm2-135m -l 2k,8k --lazy default,gentle -n 16 -r 1 -o json \
     > $R/smollm2-135m/bench_2k_8k_mass.json
   local v=$R/smollm2-135m/validation.jsonl
-  # stock, the 8-bit reference and `fast` on the validation split at 1k-8k (the card leaves out
-  # this journal's `default` rows, the 0.2@67% rule of 2026-11-25, the built-in `gentle`)
+  # stock, the 8-bit reference and `fast` on the validation split at 1k-8k
   s() { $lazymlx eval -m smollm2-135m --split validation --baselines $B/smollm2-135m.json \
     --journal $v --resume -o json "$@" > /dev/null; }
   s --lengths 1k --lazy fast
@@ -52,7 +49,7 @@ card_smollm2() {
   $lazymlx eval -m smollm2-135m --split validation --lengths 512 --cases 4 --lazy none \
     --baselines $B/smollm2-135m.json --journal $R/smollm2-135m/validation_512.jsonl -o json > /dev/null
   $lazymlx bench -m smollm2-135m -l 2k --lazy fast -n 16 -r 1 -o json > $R/smollm2-135m/bench_2k.json
-  # `fast` at 8k (its `default` rows, the built-in gentle then, are left out of the card)
+  # `fast` at 8k
   $lazymlx bench -m smollm2-135m -l 8k --lazy fast --gen-len 64 -r 1 -o json \
     > $R/smollm2-135m/bench_8k.json
 }
@@ -68,11 +65,10 @@ card_qwen() {
   # and at 4k, the open families (the exact ones' stock and 8-bit rows are below; 2026-11-29)
   q --families summary,question,docstring,completion --lengths 4k --cases 1 --lazy default --reference \
     --journal $R/$m/validation_mass_lengths.jsonl
-  # stock and the 8-bit reference at 1k-8k (the card leaves out these journals' preset rows:
-  # presets of their day, in benchmarks/studies/2026-11-26-qwen-calibration/)
-  q --families scored --lengths 1k --cases 1 --lazy none --reference --journal $R/$m/validation_presets.jsonl
-  q --families scored --lengths 2k --cases 1 --lazy none --journal $R/$m/validation_presets.jsonl
-  local v=$R/$m/validation_former_default.jsonl
+  # stock and the 8-bit reference at 1k-8k
+  local v=$R/$m/validation_stock_1k_8k.jsonl
+  q --families scored --lengths 1k --cases 1 --lazy none --reference --journal $v
+  q --families scored --lengths 2k --cases 1 --lazy none --journal $v
   q --families scored --lengths 1k,2k,4k --cases 1 --lazy none --reference --journal $v
   q --families lookalike --lengths 4k --cases 2 --lazy none --reference --journal $v
   q --families scored --lengths 8k --cases 1 --lazy none --journal $v
@@ -91,8 +87,7 @@ card_gemma() {
   # the default at 1k and 4k, stock and both references beside
   g --families scored --lengths 1k,4k --cases 1 --lazy default --reference \
     --journal $R/$m/validation_mass_lengths.jsonl
-  # stock and the references at 1k-2k (the card leaves out this journal's `default` and `fast`
-  # rows, rules no preset names now: benchmarks/studies/2026-11-28-gemma-runs-whole/)
+  # stock and the reference at 1k-2k
   g --families scored --lengths 1k,2k --cases 2 --lazy none --reference --journal $R/$m/validation.jsonl
   # stock beside every preset (no --lazy: default, gentle, fast)
   $lazymlx bench -m $m -l 2k,8k -n 16 -r 1 -o json > $R/$m/bench_2k_8k_mass.json

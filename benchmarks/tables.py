@@ -7,7 +7,7 @@
 .venv/bin/python benchmarks/tables.py families benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
 .venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
-.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_presets.jsonl
+.venv/bin/python benchmarks/tables.py accuracy benchmarks/studies/2026-11-26-qwen-calibration/validation_presets.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn JOURNAL  # an eval journal of the multi-turn families
 .venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_h200_pipelined_2026-11-27.json
