@@ -297,21 +297,24 @@ gguf() {
 
 # ---- gpu: random-weight Llama shapes on an NVIDIA GPU (MLX's CUDA backend), results in $OUT ---
 # Stage with ../shared/tools/gpu/prepare.sh, then on the device `bash .gpu1/setup.sh; bash
-# .gpu2/setup.sh`. The built-in `fast` is the schedule Qwen's default had (0.5@24% 0.3@57%,
-# sparse decode; the H200 and H100 files name it qwen2.5-coder-0.5b:default), `gentle` the
-# built-in rule (they name it default).
+# .gpu2/setup.sh`. The files of 2026-11-26 and 27 call `gentle` default, and Qwen's schedules
+# then (0.5@24% 0.3@57% min1024 sparse or 0.5@24% 0.3@57% sparse, and 0.4@24% 0.4@57% sparse)
+# qwen2.5-coder-0.5b:default and :fast; the modes below are those rules in today's names, as
+# tables.py prints them.
 
 gpu() {
-  local out=${OUT:?set OUT to the folder the results go to}
+  local out=${OUT:?set OUT to the folder the results go to} S5="0.5@24% 0.3@57%"
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 1b,8b --lengths 8k,32k \
-    --modes baseline,gentle,fast --gen-len 128 --repeats 2 \
+    --modes "baseline,gentle,fast,$S5 min1024 sparse" --gen-len 128 --repeats 2 \
     --output $out/llama_shapes_h200_pipelined_2026-11-27.json
   $gpu_python benchmarks/gpu/llama_shapes.py --bits 4 --shapes 8b,1b --lengths 8k,32k \
-    --modes baseline,gentle,fast --gen-len 128 --repeats 2 --output $out/llama_shapes_4bit_h200_2026-11-27.json
+    --modes "baseline,gentle,$S5 min1024 sparse" --gen-len 128 --repeats 2 \
+    --output $out/llama_shapes_4bit_h200_2026-11-27.json
 }
 
-# The mass rule's ranking (sort, cumulative sum, one host sync per prune) against the top-k
-# rule's at the same kept count, and Qwen's `fast` mass rule, on an H200 (2026-11-28).
+# ---- gpu_mass: the mass rule's ranking against top-k's at the same count, H200 (2026-11-28) ---
+# Its sort, cumulative sum and one host sync per prune, and Qwen's `fast` mass rule.
+
 gpu_mass() {
   local out=${OUT:?set OUT to the folder the results go to}
   local modes="baseline,0.5@24% 0.3@57% sparse,mass0.999 0.5@24% 0.3@57% sparse"
@@ -322,20 +325,23 @@ gpu_mass() {
     --gen-len 8 --repeats 5 --output $out/llama_shapes_mass_8b_r5_h200_2026-11-28.json
 }
 
-# On an H100, before the prompt step kept a chunk in flight (dc1d201); the kept context twice,
-# on 2026-11-26 after masked attention was written out, and on 2026-11-27 at dc1d201.
+# ---- gpu_h100: decode, and a question over a kept context, on an H100 (2026-11-26 and 27) ----
+# Before the prompt step kept a chunk in flight (dc1d201); the kept context on 2026-11-26 after
+# masked attention was written out (Qwen's default then, 0.4@24% 0.4@57%), and on 2026-11-27 at
+# dc1d201.
+
 gpu_h100() {
-  local out=${OUT:?set OUT to the folder the results go to}
+  local out=${OUT:?set OUT to the folder the results go to} S4="0.4@24% 0.4@57%" S5="0.5@24% 0.3@57%"
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b,1b --lengths 8k,32k \
-    --modes baseline,gentle,fast,qwen2.5-coder-0.5b:fast --gen-len 128 --repeats 2 \
+    --modes "baseline,gentle,fast,$S5 sparse,$S4 sparse" --gen-len 128 --repeats 2 \
     --output $out/llama_shapes_h100_2026-11-27.json
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b --lengths 8k,32k \
-    --modes baseline,gentle,fast,qwen2.5-coder-0.5b:fast --gen-len 128 --repeats 3 \
+    --modes "baseline,gentle,$S5 sparse,$S4 sparse" --gen-len 128 --repeats 3 \
     --output $out/llama_shapes_8b_h100_r3_2026-11-27.json
-  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy fast --repeats 1 \
+  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy "$S4" --repeats 1 \
     --output $out/kept_shapes_8b_h100.json
-  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy fast --repeats 1 \
-    --output $out/kept_shapes_8b_h100_2026-11-27.json
+  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy "$S5 sparse" \
+    --repeats 1 --output $out/kept_shapes_8b_h100_2026-11-27.json
 }
 
 # ---- real_prompts: the built-in default and the workload (2026-12-02, issue 74) -------------
