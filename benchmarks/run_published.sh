@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/run_published.sh            # every CPU step, in order (days on 2 cores)
 #   bash benchmarks/run_published.sh cards kept # only those steps
+#   bash benchmarks/run_published.sh --help     # this, and the steps
 #
 # Run from a checkout after `make setup openblas model`, one job at a time (parallel timings
 # lie). A step re-makes its files: a journal is continued (--resume) only under the preset
@@ -12,6 +13,7 @@
 # today's presets' rows and stock's: the rows of a rule no preset names now stay in its study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+self=benchmarks/run_published.sh
 R=benchmarks/results/models
 B=lazymlx/evals/baselines
 lazymlx=.venv/bin/lazymlx
@@ -401,6 +403,17 @@ tables() {
 
 CPU_STEPS="cards calibration real_prompts harness frontier cost kept ranks context blas gguf tables"
 OTHER_STEPS="context_cores_stage context_cores gpu gpu_mass gpu_h100"
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p;}' $self
+  for steps in "CPU steps, in order (no step named: all of them)|$CPU_STEPS" \
+    "on other machines|$OTHER_STEPS"; do
+    echo && echo "${steps%%|*}:"
+    for step in ${steps#*|}; do
+      sed -n "s/^# ---- $step: \(.*[^ -]\)[ -]*$/  $step: \1/p" $self
+    done
+  done
+  exit 0
+fi
 [ $# -gt 0 ] || set -- $CPU_STEPS
 for step in "$@"; do
   case " $CPU_STEPS $OTHER_STEPS " in

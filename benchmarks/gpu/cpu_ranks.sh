@@ -7,6 +7,13 @@
 # carried:  bash benchmarks/gpu/cpu_ranks.sh 2k,4k,8k   (one JSON per length in $OUT)
 # The chain keeps every token (keep-all: the engine's whole computation, split over the ranks).
 set -uo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"
+  exit 0
+elif [[ -z ${1-} ]]; then
+  echo "usage: bash benchmarks/gpu/cpu_ranks.sh LENGTHS (as 2k,4k,8k); --help says more" >&2
+  exit 2
+fi
 py=${PYTHON:-python3} cores=${CORES:-4}
 $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .cpurun/*.whl || exit 1
