@@ -26,6 +26,7 @@ search would have made 38 more runs (172, 42% of the file's).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import replace
@@ -87,6 +88,7 @@ def grid(records: list[Record]) -> list[Record]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help only
     _, records = read_records(RECORDS)
     ran, gaps, plan = replay(records)
     full, searched = choose(records), choose(ran)

@@ -18,13 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from lazymlx.evals.records import NO_IDLE, read_records  # noqa: E402
-from lazymlx.evals.summary import ALL, summarize  # noqa: E402
+from lazymlx.evals.records import NO_IDLE, read_records
+from lazymlx.evals.summary import ALL, summarize
 
 
 def main() -> None:
@@ -34,6 +29,11 @@ def main() -> None:
     parser.add_argument("--title", default="SmolLM2-135M, calibration cases")
     parser.add_argument("--skip", default="", help="modes to leave out, comma-separated")
     args = parser.parse_args()
+    import matplotlib  # the plot extra's: imported once the options are read, so --help needs none
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     skip = {"baseline", *filter(None, args.skip.split(","))}
     records = [
         r

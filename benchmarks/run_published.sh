@@ -5,222 +5,184 @@
 #
 #   bash benchmarks/run_published.sh            # every CPU step, in order (days on 2 cores)
 #   bash benchmarks/run_published.sh cards kept # only those steps
+#   bash benchmarks/run_published.sh --help     # this, and the steps
 #
 # Run from a checkout after `make setup openblas model`, one job at a time (parallel timings
 # lie). A step re-makes its files: a journal is continued (--resume) only under the preset
-# definitions it was made with, so move an old file aside before re-making it. Presets are
-# named as they are today: a journal or bench run made when a schedule had another name (Qwen's
-# `fast` ran as `default` before 2026-11-26) is re-made under today's name, and its card.json
-# maps the old name to the new (or drops the rows of a rule no preset names now).
+# definitions it was made with, so move an old file aside before re-making it. Each file holds
+# today's presets' rows and stock's: the rows of a rule no preset names now stay in its study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+self=benchmarks/run_published.sh
 R=benchmarks/results/models
 B=lazymlx/evals/baselines
 lazymlx=.venv/bin/lazymlx
 python=.venv/bin/python
 gpu_python=${PYTHON:-python3} # on the GPU machine: PYTHONPATH=/tmp/site python3
+q=qwen2.5-coder-0.5b s=smollm2-135m g=gemma3-270m
+
+# Each line of a table on stdin is one command: `table FUNCTION [OPTION]` calls FUNCTION with the
+# line's words, then OPTION and the text after the line's `|` (one argument, trimmed) if it has
+# one. Blank lines and # comments are skipped; no word holds a space or a glob character.
+table() {
+  local line
+  while IFS= read -r line; do
+    if [[ $line =~ ^[[:space:]]*(#|$) ]]; then
+      continue
+    elif [[ $line =~ \|[[:space:]]*(.*[^[:space:]]) ]]; then
+      "$1" ${line%%|*} "$2" "${BASH_REMATCH[1]}"
+    else
+      "$1" $line
+    fi
+  done
+}
 
 # ---- cards: each registry model's validation journals and bench runs (card.json names them) --
 
-card_smollm2() {
-  # the default (a mass rule since 2026-11-28) beside stock and both references at 2k
-  $lazymlx eval -m smollm2-135m --split validation --families scored --lengths 2k --cases 1 \
-    --lazy default --reference --baselines $B/smollm2-135m.json \
-    --journal $R/smollm2-135m/validation_mass_2k.jsonl --resume -o json > /dev/null
-  $lazymlx eval -m smollm2-135m --split validation --families scored --lengths 512,1k --cases 1 \
-    --lazy default --reference --baselines $B/smollm2-135m.json \
-    --journal $R/smollm2-135m/validation_mass_lengths.jsonl --resume -o json > /dev/null
-  $lazymlx bench -m smollm2-135m -l 2k,8k --lazy default,gentle -n 16 -r 1 -o json \
-    > $R/smollm2-135m/bench_2k_8k_mass.json
-  local v=$R/smollm2-135m/validation.jsonl
-  # stock, the 8-bit reference and `fast` on the validation split at 1k-8k (the card leaves out
-  # this journal's `default` rows, the 0.2@67% rule of 2026-11-25, the built-in `gentle`)
-  s() { $lazymlx eval -m smollm2-135m --split validation --baselines $B/smollm2-135m.json \
-    --journal $v --resume -o json "$@" > /dev/null; }
-  s --lengths 1k --lazy fast
-  s --lengths 2k --lazy fast
-  s --lengths 4k --lazy fast
-  s --lengths 8k --cases 2 --families passkey --lazy fast
-  s --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup --lazy fast
-  s --families twohop --cases 60 --lengths 1k --lazy fast
-  s --lengths 8k --cases 1 --lazy none
-  s --families passkey --cases 5 --lengths 8k --lazy none
-  s --families scored --lengths 8k --lazy none
-  s --families scored --lengths 2k --lazy none --reference --right-only
-  s --families twohop --cases 60 --lengths 1k --lazy none --reference --right-only
-  # prompts of 512 tokens: stock
-  $lazymlx eval -m smollm2-135m --split validation --lengths 512 --cases 4 --lazy none \
-    --baselines $B/smollm2-135m.json --journal $R/smollm2-135m/validation_512.jsonl -o json > /dev/null
-  $lazymlx bench -m smollm2-135m -l 2k --lazy fast -n 16 -r 1 -o json > $R/smollm2-135m/bench_2k.json
-  # `fast` at 8k (its `default` rows, the built-in gentle then, are left out of the card)
-  $lazymlx bench -m smollm2-135m -l 8k --lazy fast --gen-len 64 -r 1 -o json \
-    > $R/smollm2-135m/bench_8k.json
+# The model a result file is of (R/MODEL/FILE)
+model_of() {
+  local folder=${1%/*}
+  echo "${folder##*/}"
 }
 
-card_qwen() {
-  local m=qwen2.5-coder-0.5b
-  q() { $lazymlx eval -m $m --split validation --baselines $B/$m.json --resume -o json "$@" > /dev/null; }
-  # the presets (mass rules since 2026-11-28) beside stock and both references at 2k
-  q --families scored --lengths 2k --cases 1 --lazy default,gentle,fast --reference \
-    --journal $R/$m/validation_mass_2k.jsonl
-  q --families scored --lengths 1k --cases 1 --lazy default --reference \
-    --journal $R/$m/validation_mass_lengths.jsonl
-  # and at 4k, the open families (the exact ones' stock and 8-bit rows are below; 2026-11-29)
-  q --families summary,question,docstring,completion --lengths 4k --cases 1 --lazy default --reference \
-    --journal $R/$m/validation_mass_lengths.jsonl
-  # stock and the 8-bit reference at 1k-8k (the card leaves out these journals' preset rows:
-  # presets of their day, in benchmarks/studies/2026-11-26-qwen-calibration/)
-  q --families scored --lengths 1k --cases 1 --lazy none --reference --journal $R/$m/validation_presets.jsonl
-  q --families scored --lengths 2k --cases 1 --lazy none --journal $R/$m/validation_presets.jsonl
-  local v=$R/$m/validation_former_default.jsonl
-  q --families scored --lengths 1k,2k,4k --cases 1 --lazy none --reference --journal $v
-  q --families lookalike --lengths 4k --cases 2 --lazy none --reference --journal $v
-  q --families scored --lengths 8k --cases 1 --lazy none --journal $v
-  # stock beside every preset that prunes (no --lazy: default, gentle, fast)
-  $lazymlx bench -m $m -l 2k,8k -n 16 -r 1 -o json > $R/$m/bench_2k_8k_mass.json
+# JOURNAL EVAL-OPTIONS...: its model's validation split into JOURNAL, continued
+validate() {
+  local m
+  m="$(model_of $1)"
+  $lazymlx eval -m $m --split validation --baselines $B/$m.json --journal $1 --resume -o json \
+    "${@:2}" > /dev/null
 }
 
-card_gemma() {
-  local m=gemma3-270m
-  g() { $lazymlx eval -m $m --split validation --baselines $B/$m.json --resume -o json "$@" > /dev/null; }
-  # the presets (mass rules since 2026-11-28) beside stock and both references at 2k
-  g --families scored --lengths 2k --cases 1 --lazy default,gentle,fast --reference \
-    --journal $R/$m/validation_mass_2k.jsonl
-  g --families scored --lengths 2k --cases 2 --lazy default --reference \
-    --journal $R/$m/validation_mass_2k.jsonl
-  # the default at 1k and 4k, stock and both references beside
-  g --families scored --lengths 1k,4k --cases 1 --lazy default --reference \
-    --journal $R/$m/validation_mass_lengths.jsonl
-  # stock and the references at 1k-2k (the card leaves out this journal's `default` and `fast`
-  # rows, rules no preset names now: benchmarks/studies/2026-11-28-gemma-runs-whole/)
-  g --families scored --lengths 1k,2k --cases 2 --lazy none --reference --journal $R/$m/validation.jsonl
-  # stock beside every preset (no --lazy: default, gentle, fast)
-  $lazymlx bench -m $m -l 2k,8k -n 16 -r 1 -o json > $R/$m/bench_2k_8k_mass.json
+# FILE BENCH-OPTIONS...: one bench run of its model (one timed round) into FILE
+bench() {
+  $lazymlx bench -m "$(model_of $1)" -r 1 -o json "${@:2}" > $1
 }
 
 cards() {
-  card_smollm2
-  card_qwen
-  card_gemma
+  table validate <<EOF
+  # the presets (mass rules since 2026-11-28) beside stock and both references, one case a
+  # scored family (Qwen at 4k: its open ones, whose exact ones' stock rows are below)
+  $R/$s/validation_mass_2k.jsonl      --families scored --lengths 2k --cases 1 --lazy default --reference
+  $R/$s/validation_mass_lengths.jsonl --families scored --lengths 512,1k --cases 1 --lazy default --reference
+  $R/$q/validation_mass_2k.jsonl      --families scored --lengths 2k --cases 1 --lazy default,gentle,fast --reference
+  $R/$q/validation_mass_lengths.jsonl --families scored --lengths 1k --cases 1 --lazy default --reference
+  $R/$q/validation_mass_lengths.jsonl --families summary,question,docstring,completion --lengths 4k --cases 1 --lazy default --reference
+  $R/$g/validation_mass_2k.jsonl      --families scored --lengths 2k --cases 1 --lazy default,gentle,fast --reference
+  $R/$g/validation_mass_2k.jsonl      --families scored --lengths 2k --cases 2 --lazy default --reference
+  $R/$g/validation_mass_lengths.jsonl --families scored --lengths 1k,4k --cases 1 --lazy default --reference
+  # SmolLM2's fast at 1k-8k, and stock there
+  $R/$s/validation.jsonl --lengths 1k --lazy fast
+  $R/$s/validation.jsonl --lengths 2k --lazy fast
+  $R/$s/validation.jsonl --lengths 4k --lazy fast
+  $R/$s/validation.jsonl --lengths 8k --cases 2 --families passkey --lazy fast
+  $R/$s/validation.jsonl --lengths 1k --cases 12 --families lookalike,twohop,json,table,followup --lazy fast
+  $R/$s/validation.jsonl --lengths 1k --cases 60 --families twohop --lazy fast
+  $R/$s/validation.jsonl --lengths 8k --cases 1 --lazy none
+  $R/$s/validation.jsonl --lengths 8k --cases 5 --families passkey --lazy none
+  $R/$s/validation.jsonl --lengths 8k --families scored --lazy none
+  $R/$s/validation.jsonl --lengths 2k --families scored --lazy none --reference --right-only
+  $R/$s/validation.jsonl --lengths 1k --cases 60 --families twohop --lazy none --reference --right-only
+  $R/$s/validation_512.jsonl --lengths 512 --cases 4 --lazy none
+  # stock and the 8-bit reference at 1k-8k (Qwen) and 1k-2k (Gemma 3)
+  $R/$q/validation_stock_1k_8k.jsonl --families scored --lengths 1k --cases 1 --lazy none --reference
+  $R/$q/validation_stock_1k_8k.jsonl --families scored --lengths 2k --cases 1 --lazy none
+  $R/$q/validation_stock_1k_8k.jsonl --families scored --lengths 1k,2k,4k --cases 1 --lazy none --reference
+  $R/$q/validation_stock_1k_8k.jsonl --families lookalike --lengths 4k --cases 2 --lazy none --reference
+  $R/$q/validation_stock_1k_8k.jsonl --families scored --lengths 8k --cases 1 --lazy none
+  $R/$g/validation.jsonl --families scored --lengths 1k,2k --cases 2 --lazy none --reference
+EOF
+  table bench <<EOF
+  # stock beside the presets (no --lazy: every preset that prunes on the model)
+  $R/$s/bench_2k_8k_mass.json -l 2k,8k --lazy default,gentle -n 16
+  $R/$s/bench_2k.json         -l 2k --lazy fast -n 16
+  $R/$s/bench_8k.json         -l 8k --lazy fast --gen-len 64
+  $R/$q/bench_2k_8k_mass.json -l 2k,8k -n 16
+  $R/$g/bench_2k_8k_mass.json -l 2k,8k -n 16
+EOF
   $python benchmarks/tables.py card $R/*/card.json
 }
 
 # ---- calibration: the records each shipped preset's `how` cites (lazymlx/engine/calibrated/) --
 
-# a registry model's calibration split at $2 (2k, or 1k,2k), one case of each scored family,
-# judged beside stock and both references, into journal $3 (continued):
-# calibrate_mass MODEL LENGTHS JOURNAL --candidates "..."
-calibrate_mass() {
-  $lazymlx calibrate -m $1 --baselines $B/$1.json --no-save --lengths $2 --families scored \
-    --cases 1 --journal $3 --resume "${@:4}"
+# JOURNAL LENGTHS FAMILIES CASES [OPTIONS...]: its model's calibration cases into JOURNAL,
+# continued, beside stock and the references (without --candidates: calibrate's own list,
+# today's); the choice is printed, not saved
+calibrate() {
+  local m
+  m="$(model_of $1)"
+  $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --journal $1 --resume --lengths $2 \
+    --families $3 --cases $4 "${@:5}"
 }
 
-calibration_qwen() {
-  local m=qwen2.5-coder-0.5b
-  c() { $lazymlx calibrate -m $m --baselines $B/$m.json --no-save "$@"; }
-  # the planted-fact families, in the order the cases were added (2026-11-25 and 26); the first
-  # runs calibrate's own candidate list, today's rather than that day's
-  local j=$R/$m/calibration.jsonl
-  c --lengths 1k --families scored --cases 1 --journal $j
-  c --lengths 4k --families lookalike --cases 4 --no-reference --journal $j --resume
-  c --lengths 4k --families lookalike --cases 7 --no-reference --journal $j --resume \
-    --candidates "0.4@24% 0.4@57%,0.5@24% 0.3@57%,0.2@50%,0.3@57%,0.2@67%"
-  local sparse="0.4@24% 0.4@57% sparse"
-  c --lengths 1k --families scored --cases 1 --candidates "$sparse" --journal $j --resume
-  c --lengths 1k --families passkey,lookalike --cases 2 --candidates "$sparse" --journal $j --resume
-  c --lengths 4k --families lookalike --cases 7 --candidates "$sparse" --no-reference --journal $j --resume
-  c --lengths 2k --families followup,chat --cases 3 --no-reference --journal $j --resume \
-    --candidates "0.4@24% 0.4@57%,$sparse"
-  c --lengths 4k --families lookalike --cases 15 --no-reference --journal $j --resume \
-    --candidates "$sparse,0.5@24% 0.3@57%,0.2@67%,0.5@24% 0.3@57% sparse"
-  c --lengths 2k --families followup --cases 8 --no-reference --journal $j --resume \
-    --candidates "0.4@24% 0.4@57%,$sparse,0.5@24% 0.3@57%,0.5@24% 0.3@57% sparse"
-  c --lengths 2k --families chat --cases 3 --no-reference --journal $j --resume \
-    --candidates "0.5@24% 0.3@57%,0.5@24% 0.3@57% sparse"
-  c --lengths 1k --families scored --cases 1 --candidates "0.5@24% 0.3@57% sparse" --journal $j --resume
-  c --lengths 1k --families passkey,lookalike --cases 2 --candidates "0.5@24% 0.3@57% sparse" \
-    --journal $j --resume
-  $lazymlx calibrate -m $m --records $j --no-save # fast: 0.4@24% 0.4@57% sparse
-  # the open-ended families at 512-8k (issue 53): no schedule keeps them, so the default runs whole
-  local o=$R/$m/calibration_open.jsonl
-  c --families summary,question,second-turn,completion --lengths 512,1k,2k --cases 2 --journal $o \
-    --resume --candidates "0.5@24% 0.3@57% sparse,0.5@24% 0.3@57% min512 sparse,0.5@24% 0.3@57% min1024 sparse"
-  c --families summary,question,second-turn,completion --lengths 2k --cases 2 --journal $o --resume \
-    --candidates "0.5@24% 0.3@57% min1024 sparse,0.5@24% 0.3@57% min1024,0.7@24% 0.3@57% min1024 sparse"
-  c --families summary,question --lengths 2k --cases 2 --journal $o --resume \
-    --candidates "0.3@57% min1024 sparse,0.2@67% min1024 sparse"
-  c --families summary,question --lengths 4k --cases 1 --journal $o --resume \
-    --candidates "0.5@24% 0.3@57% min1024 sparse"
-  c --families summary,question,completion --lengths 8k --cases 1 --journal $o --resume \
-    --candidates "0.5@24% 0.3@57% min1024 sparse"
-  c --families summary,question,completion --lengths 8k --cases 1 --journal $o --resume \
-    --candidates "0.3@57% min1024 sparse,0.2@67% min1024 sparse,0.5@57% min1024 sparse"
-  $lazymlx calibrate -m $m --records $o --no-save # no candidate, behind no gate
-  # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
-  # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file)
-  local a=$R/$m/calibration_mass.jsonl
-  local mass="mass0.9 1@24% 1@57% least0.02 sparse,mass0.95 1@24% 1@57% least0.02 sparse"
-  mass="$mass,mass0.98 1@24% 1@57% least0.02 sparse,mass0.99 1@24% 1@57% least0.02 sparse"
-  mass="$mass,mass0.95 1@40% 1@67% sparse,mass0.98 1@40% 1@67% sparse,0.4@24% 0.4@57% sparse"
-  mass="$mass,mass0.8 1@24% 1@57% least0.25 dense0.04 sparse"
-  calibrate_mass $m 2k $a --candidates "$mass"
-  # and at 1k (2026-11-29): the default and fast chosen at 2k; the default fell below the bar
-  # there, so it goes on behind the gate that runs 1k prompts whole (from1536)
-  calibrate_mass $m 1k,2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,mass0.8 1@24% 1@57% least0.25 dense0.04 sparse"
-  $lazymlx calibrate -m $m --records $a --ship
-}
-
-calibration_smollm2() {
-  local m=smollm2-135m
-  # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
-  # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
-  # the search stops at the first candidate that meets the bar, so each is named in turn
-  local a=$R/$m/calibration_mass.jsonl
-  local mass="mass0.8 1@24% 1@57% least0.25"
-  calibrate_mass $m 2k $a --candidates "$mass dense0.02 sparse,$mass dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,mass0.95 1@24% 1@57% least0.02 sparse,0.5@24% 0.3@57% sparse"
-  calibrate_mass $m 2k $a --candidates "$mass dense0.04 sparse,$mass dense0.03 sparse"
-  calibrate_mass $m 2k $a --candidates "0.5@24% 0.3@57% sparse"
-  # and at 1k (2026-11-29): the default met the bar there too; then fast's schedule, in turn
-  calibrate_mass $m 1k,2k $a --candidates "0.5@24% 0.3@57% sparse,$mass dense0.04 sparse"
-  calibrate_mass $m 1k,2k $a --candidates "0.5@24% 0.3@57% sparse"
-  $lazymlx calibrate -m $m --records $a --ship
-  # the built-in gentle rule (0.2@67%), SmolLM2's default until 2026-11-28, on the open families;
-  # at 4k and in second turns at 2k: benchmarks/studies/2026-11-28-smollm2-runs-whole/
-  $lazymlx calibrate -m $m --families summary,question,second-turn,completion --lengths 512,1k,2k \
-    --cases 2 --candidates "0.2@67%,0.2@67% min512,0.2@67% min1024" --no-save \
-    --baselines $B/$m.json --journal $R/$m/calibration_open.jsonl --resume
-}
-
-calibration_gemma() {
-  local m=gemma3-270m
-  # keeping by attention mass at 2k, judged on gold answers and stock's NLL beside the 4-bit
-  # reference (2026-11-28): the shipped default, gentle and fast (their `how` cites this file);
-  # Gemma has no chat template, so its open families are code completion and docstrings
-  local a=$R/$m/calibration_mass.jsonl
-  local mass="mass0.8 1@24% 1@57% least0.25"
-  calibrate_mass $m 2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.04 sparse,$mass dense0.03 sparse,$mass dense0.02 sparse,0.5@24% 0.3@57% sparse"
-  calibrate_mass $m 2k $a --candidates "0.4@24% 0.4@57% sparse,0.5@24% 0.3@57% sparse"
-  # and at 1k (2026-11-29): the default fell below the bar there, so it goes on behind the gate
-  # that runs 1k prompts whole (from1792)
-  calibrate_mass $m 1k,2k $a --candidates "mass0.95 1@24% 1@57% least0.02 sparse,$mass dense0.03 sparse"
-  $lazymlx calibrate -m $m --records $a --ship
-  # the schedules on planted facts at 1k-2k (2026-11-26; the frontier step plots them); the
-  # rule they chose, Gemma's default until 2026-11-28: benchmarks/studies/2026-11-28-gemma-runs-whole/
-  local j=$R/$m/calibration.jsonl
-  local schedules="0.2@67%,0.3@57%,0.6@24% 0.3@57%,0.5@24% 0.3@57%,0.4@24% 0.4@57%,0.6@24% 0.2@50%"
-  local cases
-  for cases in "1k scored 3" "2k scored 1" "2k table 3"; do
-    set -- $cases
-    $lazymlx calibrate -m $m --lengths $1 --families $2 --cases $3 --no-save \
-      --candidates "$schedules,0.5@24% 0.3@57% sparse,0.4@24% 0.4@57% sparse" \
-      --baselines $B/$m.json --journal $j --resume
-  done
+# JOURNAL --no-save|--ship: the choice re-decided from the journal, printed or shipped
+decide() {
+  $lazymlx calibrate -m "$(model_of $1)" --records $1 $2
 }
 
 calibration() {
-  calibration_qwen
-  calibration_smollm2
-  calibration_gemma
+  local S4="0.4@24% 0.4@57%" S5="0.5@24% 0.3@57%" M8="mass0.8 1@24% 1@57% least0.25"
+  local F95="mass0.95 1@24% 1@57% least0.02 sparse" # Qwen's and Gemma 3's fast
+  local QM="mass0.9 1@24% 1@57% least0.02 sparse,$F95,mass0.98 1@24% 1@57% least0.02 sparse"
+  QM="$QM,mass0.99 1@24% 1@57% least0.02 sparse,mass0.95 1@40% 1@67% sparse"
+  QM="$QM,mass0.98 1@40% 1@67% sparse,$S4 sparse,$M8 dense0.04 sparse"
+  local GS="0.2@67%,0.3@57%,0.6@24% 0.3@57%,$S5,$S4,0.6@24% 0.2@50%,$S5 sparse,$S4 sparse"
+  table calibrate --candidates <<EOF
+  # Qwen2.5-Coder's planted-fact families, in the order the cases were added (2026-11-25 and 26)
+  $R/$q/calibration.jsonl 1k scored 1
+  $R/$q/calibration.jsonl 4k lookalike 4 --no-reference
+  $R/$q/calibration.jsonl 4k lookalike 7 --no-reference | $S4,$S5,0.2@50%,0.3@57%,0.2@67%
+  $R/$q/calibration.jsonl 1k scored 1                   | $S4 sparse
+  $R/$q/calibration.jsonl 1k passkey,lookalike 2        | $S4 sparse
+  $R/$q/calibration.jsonl 4k lookalike 7 --no-reference | $S4 sparse
+  $R/$q/calibration.jsonl 2k followup,chat 3 --no-reference  | $S4,$S4 sparse
+  $R/$q/calibration.jsonl 4k lookalike 15 --no-reference     | $S4 sparse,$S5,0.2@67%,$S5 sparse
+  $R/$q/calibration.jsonl 2k followup 8 --no-reference       | $S4,$S4 sparse,$S5,$S5 sparse
+  $R/$q/calibration.jsonl 2k chat 3 --no-reference           | $S5,$S5 sparse
+  $R/$q/calibration.jsonl 1k scored 1                   | $S5 sparse
+  $R/$q/calibration.jsonl 1k passkey,lookalike 2        | $S5 sparse
+EOF
+  decide $R/$q/calibration.jsonl --no-save # fast: 0.4@24% 0.4@57% sparse
+  table calibrate --candidates <<EOF
+  # Qwen's open-ended families at 512-8k (issue 53): no schedule keeps them
+  $R/$q/calibration_open.jsonl 512,1k,2k summary,question,second-turn,completion 2 | $S5 sparse,$S5 min512 sparse,$S5 min1024 sparse
+  $R/$q/calibration_open.jsonl 2k summary,question,second-turn,completion 2 | $S5 min1024 sparse,$S5 min1024,0.7@24% 0.3@57% min1024 sparse
+  $R/$q/calibration_open.jsonl 2k summary,question 2             | 0.3@57% min1024 sparse,0.2@67% min1024 sparse
+  $R/$q/calibration_open.jsonl 4k summary,question 1             | $S5 min1024 sparse
+  $R/$q/calibration_open.jsonl 8k summary,question,completion 1  | $S5 min1024 sparse
+  $R/$q/calibration_open.jsonl 8k summary,question,completion 1  | 0.3@57% min1024 sparse,0.2@67% min1024 sparse,0.5@57% min1024 sparse
+EOF
+  decide $R/$q/calibration_open.jsonl --no-save # no candidate, behind no gate
+  table calibrate --candidates <<EOF
+  # keeping by attention mass, judged on gold answers and stock's NLL beside the 4-bit reference
+  # (2026-11-28), one case a scored family at 2k, then at 1k and 2k (2026-11-29): the shipped
+  # default, gentle and fast (their how cites these journals). The search stops at the first
+  # candidate that meets the bar, so SmolLM2's are named in turn; a default that fell below the
+  # bar at 1k goes on behind the gate that runs 1k prompts whole (Qwen from1536, Gemma from1792)
+  $R/$q/calibration_mass.jsonl 2k    scored 1 | $QM
+  $R/$q/calibration_mass.jsonl 1k,2k scored 1 | $F95,$M8 dense0.04 sparse
+  $R/$s/calibration_mass.jsonl 2k    scored 1 | $M8 dense0.02 sparse,$M8 dense0.04 sparse,mass0.8 1@24% 1@57% least0.625 dense0.04 sparse,$F95,$S5 sparse
+  $R/$s/calibration_mass.jsonl 2k    scored 1 | $M8 dense0.04 sparse,$M8 dense0.03 sparse
+  $R/$s/calibration_mass.jsonl 2k    scored 1 | $S5 sparse
+  $R/$s/calibration_mass.jsonl 1k,2k scored 1 | $S5 sparse,$M8 dense0.04 sparse
+  $R/$s/calibration_mass.jsonl 1k,2k scored 1 | $S5 sparse
+  $R/$g/calibration_mass.jsonl 2k    scored 1 | $F95,$M8 dense0.04 sparse,$M8 dense0.03 sparse,$M8 dense0.02 sparse,$S5 sparse
+  $R/$g/calibration_mass.jsonl 2k    scored 1 | $S4 sparse,$S5 sparse
+  $R/$g/calibration_mass.jsonl 1k,2k scored 1 | $F95,$M8 dense0.03 sparse
+EOF
+  local m
+  for m in qwen2.5-coder-0.5b smollm2-135m gemma3-270m; do
+    decide $R/$m/calibration_mass.jsonl --ship
+  done
+  table calibrate --candidates <<EOF
+  # the built-in gentle rule (0.2@67%), SmolLM2's default until 2026-11-28, on the open families
+  # (at 4k and in second turns at 2k: benchmarks/studies/2026-11-28-smollm2-runs-whole/)
+  $R/$s/calibration_open.jsonl 512,1k,2k summary,question,second-turn,completion 2 | 0.2@67%,0.2@67% min512,0.2@67% min1024
+  # Gemma 3's schedules on planted facts at 1k-2k (2026-11-26; the frontier step plots them);
+  # the rule they chose, its default until 2026-11-28: benchmarks/studies/2026-11-28-gemma-runs-whole/
+  $R/$g/calibration.jsonl 1k scored 3 | $GS
+  $R/$g/calibration.jsonl 2k scored 1 | $GS
+  $R/$g/calibration.jsonl 2k table 3  | $GS
+EOF
 }
 
 # ---- frontier: the calibration frontier per model (needs pip install -e ".[plot]") ------------
@@ -305,13 +267,15 @@ context() {
     --ranks 2,3,4 --output $c/cp_imbalance_smollm2_4k.json
 }
 
-# ---- context_cores: the chain's wall clock on 16 cores of their own (the GPU machine's CPU) -
-# Stage here with context_cores_stage, then on that machine, with .cpurun carried, run
-# context_cores; rename its $OUT/cp_cpu_ranks_2k_off.json to cp_cpu_ranks_2k_off_gpu_host.json.
+# ---- context_cores_stage: .cpurun/, what context_cores needs on the GPU machine's CPU ---------
 
 context_cores_stage() {
   bash benchmarks/gpu/prepare_cpu_ranks.sh
 }
+
+# ---- context_cores: the chain's wall clock on 16 cores of their own (the GPU machine's CPU) -
+# There, with .cpurun carried (context_cores_stage); rename its $OUT/cp_cpu_ranks_2k_off.json
+# to cp_cpu_ranks_2k_off_gpu_host.json.
 
 context_cores() {
   bash benchmarks/gpu/cpu_ranks.sh 2k,4k,8k
@@ -335,21 +299,24 @@ gguf() {
 
 # ---- gpu: random-weight Llama shapes on an NVIDIA GPU (MLX's CUDA backend), results in $OUT ---
 # Stage with ../shared/tools/gpu/prepare.sh, then on the device `bash .gpu1/setup.sh; bash
-# .gpu2/setup.sh`. The built-in `fast` is the schedule Qwen's default had (0.5@24% 0.3@57%,
-# sparse decode; the H200 and H100 files name it qwen2.5-coder-0.5b:default), `gentle` the
-# built-in rule (they name it default).
+# .gpu2/setup.sh`. The files of 2026-11-26 and 27 call `gentle` default, and Qwen's schedules
+# then (0.5@24% 0.3@57% min1024 sparse or 0.5@24% 0.3@57% sparse, and 0.4@24% 0.4@57% sparse)
+# qwen2.5-coder-0.5b:default and :fast; the modes below are those rules in today's names, as
+# tables.py prints them.
 
 gpu() {
-  local out=${OUT:?set OUT to the folder the results go to}
+  local out=${OUT:?set OUT to the folder the results go to} S5="0.5@24% 0.3@57%"
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 1b,8b --lengths 8k,32k \
-    --modes baseline,gentle,fast --gen-len 128 --repeats 2 \
+    --modes "baseline,gentle,fast,$S5 min1024 sparse" --gen-len 128 --repeats 2 \
     --output $out/llama_shapes_h200_pipelined_2026-11-27.json
   $gpu_python benchmarks/gpu/llama_shapes.py --bits 4 --shapes 8b,1b --lengths 8k,32k \
-    --modes baseline,gentle,fast --gen-len 128 --repeats 2 --output $out/llama_shapes_4bit_h200_2026-11-27.json
+    --modes "baseline,gentle,$S5 min1024 sparse" --gen-len 128 --repeats 2 \
+    --output $out/llama_shapes_4bit_h200_2026-11-27.json
 }
 
-# The mass rule's ranking (sort, cumulative sum, one host sync per prune) against the top-k
-# rule's at the same kept count, and Qwen's `fast` mass rule, on an H200 (2026-11-28).
+# ---- gpu_mass: the mass rule's ranking against top-k's at the same count, H200 (2026-11-28) ---
+# Its sort, cumulative sum and one host sync per prune, and Qwen's `fast` mass rule.
+
 gpu_mass() {
   local out=${OUT:?set OUT to the folder the results go to}
   local modes="baseline,0.5@24% 0.3@57% sparse,mass0.999 0.5@24% 0.3@57% sparse"
@@ -360,23 +327,26 @@ gpu_mass() {
     --gen-len 8 --repeats 5 --output $out/llama_shapes_mass_8b_r5_h200_2026-11-28.json
 }
 
-# On an H100, before the prompt step kept a chunk in flight (dc1d201); the kept context twice,
-# on 2026-11-26 after masked attention was written out, and on 2026-11-27 at dc1d201.
+# ---- gpu_h100: decode, and a question over a kept context, on an H100 (2026-11-26 and 27) ----
+# Before the prompt step kept a chunk in flight (dc1d201); the kept context on 2026-11-26 after
+# masked attention was written out (Qwen's default then, 0.4@24% 0.4@57%), and on 2026-11-27 at
+# dc1d201.
+
 gpu_h100() {
-  local out=${OUT:?set OUT to the folder the results go to}
+  local out=${OUT:?set OUT to the folder the results go to} S4="0.4@24% 0.4@57%" S5="0.5@24% 0.3@57%"
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b,1b --lengths 8k,32k \
-    --modes baseline,gentle,fast,qwen2.5-coder-0.5b:fast --gen-len 128 --repeats 2 \
+    --modes "baseline,gentle,fast,$S5 sparse,$S4 sparse" --gen-len 128 --repeats 2 \
     --output $out/llama_shapes_h100_2026-11-27.json
   $gpu_python benchmarks/gpu/llama_shapes.py --shapes 8b --lengths 8k,32k \
-    --modes baseline,gentle,fast,qwen2.5-coder-0.5b:fast --gen-len 128 --repeats 3 \
+    --modes "baseline,gentle,$S5 sparse,$S4 sparse" --gen-len 128 --repeats 3 \
     --output $out/llama_shapes_8b_h100_r3_2026-11-27.json
-  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy fast --repeats 1 \
+  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy "$S4" --repeats 1 \
     --output $out/kept_shapes_8b_h100.json
-  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy fast --repeats 1 \
-    --output $out/kept_shapes_8b_h100_2026-11-27.json
+  $gpu_python benchmarks/gpu/kept_shapes.py --shapes 8b --lengths 8k,32k --lazy "$S5 sparse" \
+    --repeats 1 --output $out/kept_shapes_8b_h100_2026-11-27.json
 }
 
-# ---- real prompts (2026-12-02, issue 74): the built-in default and the workload -------------
+# ---- real_prompts: the built-in default and the workload (2026-12-02, issue 74) -------------
 # The point rules on the real-document families (and Qwen's scored ones at 1k and 2k) beside
 # stock and both references; each calibration_point.jsonl began as its model's
 # calibration_mass.jsonl stock and reference rows (so only the new rules ran).
@@ -390,13 +360,9 @@ real_prompts() {
   local m=qwen2.5-coder-0.5b
   $lazymlx calibrate -m $m --baselines $B/$m.json --no-save --lengths 1k,2k --families scored --cases 1 \
     --journal $R/$m/calibration_point.jsonl --resume --candidates "$POINT" -o json > /dev/null
-  local shipped=lazymlx/engine/calibrated/$m.json before
-  before=$(mktemp) && cp $shipped $before
+  # the default and gentle; the fast the calibration step shipped stays (it prunes every
+  # prompt): this journal never ran it, so --ship keeps it
   $lazymlx calibrate -m $m --records $R/$m/calibration_point.jsonl --ship
-  # this journal's candidates are all point rules, so its fast trade runs summaries whole: Qwen
-  # keeps the fast the `calibration` step chose (it prunes every prompt)
-  $python -c 'import json, sys; old, new = (json.load(open(p)) for p in sys.argv[1:]); new["fast"] = old["fast"]
-open(sys.argv[2], "w").write(json.dumps(new, indent=1) + "\n")' $before $shipped
   # the held-out family on its validation split, and Qwen's shipped default on its own
   $lazymlx eval -m gemma3-270m --split validation --lengths 2k --cases 1 --lazy "$POINT" --reference \
     --families real,passkey,needle-docs,json,summary,question,docstring,completion \
@@ -416,7 +382,8 @@ open(sys.argv[2], "w").write(json.dumps(new, indent=1) + "\n")' $before $shipped
   $lazymlx bench -m $q4 -l 2k --prompt workload --lazy default -n 16 -r 1 -o json > $R/$m/bench_workload_4bit_2k.json
 }
 
-# ---- lm-evaluation-harness: RULER's offline tasks (issue 75) --------------------------------
+# ---- harness: RULER's offline tasks through lm-evaluation-harness (issue 75) ----------------
+
 harness() {
   mkdir -p benchmarks/results/harness
   $lazymlx evaluate -m smollm2-135m --tasks niah_single_1 --limit 3 --lazy off,default \
@@ -424,6 +391,8 @@ harness() {
   $lazymlx evaluate -m smollm2-135m --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
     --lazy off,default -o json > benchmarks/results/harness/smollm2_ruler_2k.json
 }
+
+# ---- tables: benchmarks/README.md's tables again, from the files above -------------------------
 
 tables() {
   $python benchmarks/tables.py card $R/*/card.json
@@ -434,6 +403,17 @@ tables() {
 
 CPU_STEPS="cards calibration real_prompts harness frontier cost kept ranks context blas gguf tables"
 OTHER_STEPS="context_cores_stage context_cores gpu gpu_mass gpu_h100"
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '2,/^set -e/{/^#/s/^# \{0,1\}//p;}' $self
+  for steps in "CPU steps, in order (no step named: all of them)|$CPU_STEPS" \
+    "on other machines|$OTHER_STEPS"; do
+    echo && echo "${steps%%|*}:"
+    for step in ${steps#*|}; do
+      sed -n "s/^# ---- $step: \(.*[^ -]\)[ -]*$/  $step: \1/p" $self
+    done
+  done
+  exit 0
+fi
 [ $# -gt 0 ] || set -- $CPU_STEPS
 for step in "$@"; do
   case " $CPU_STEPS $OTHER_STEPS " in

@@ -7,7 +7,7 @@
 .venv/bin/python benchmarks/tables.py families benchmarks/results/models/smollm2-135m/validation.jsonl
 .venv/bin/python benchmarks/tables.py freeform benchmarks/results/studies/twentyfifth_freeform.jsonl  # at 2b0e219
 .venv/bin/python benchmarks/tables.py open benchmarks/results/models/qwen2.5-coder-0.5b/calibration_open.jsonl
-.venv/bin/python benchmarks/tables.py accuracy benchmarks/results/models/qwen2.5-coder-0.5b/validation_presets.jsonl
+.venv/bin/python benchmarks/tables.py accuracy benchmarks/studies/2026-11-26-qwen-calibration/validation_presets.jsonl
 .venv/bin/python benchmarks/tables.py kept benchmarks/results/kept/*.json
 .venv/bin/python benchmarks/tables.py multiturn JOURNAL  # an eval journal of the multi-turn families
 .venv/bin/python benchmarks/tables.py gpu benchmarks/results/gpu/llama_shapes_h200_pipelined_2026-11-27.json
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from lazymlx.evals.card import card_table, first_records, kept_cell
@@ -241,13 +242,50 @@ def kept_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+# The GPU runs of 2026-11-26 and 27 named their modes as they were then: `default` the built-in
+# rule (0.2@67%, reviving decode), today's `gentle`, whose floor of 1,024 tokens keeps no more at
+# 8k and beyond (20% of 8,192 is 1,638), and `qwen2.5-coder-0.5b:default` or `:fast` Qwen's
+# fixed-ratio schedules, no preset now. The tables print today's names (named_now).
+BUILT_IN_THEN = {"0.2@67%": "gentle"}
+
+
+def fixed_rule(described: str) -> str:
+    """A fixed-ratio rule's description (LazyConfig.describe) as `--lazy` spells it ("0.5@24%
+    0.3@57% min1024 sparse"); "" for any other (a mass rule)."""
+    found = re.findall(r"keep (\d+)% at (\d+)%", described)
+    if not found:
+        return ""
+    floor = re.search(r"at least (\d+) tokens on past each prune", described)
+    return " ".join(
+        [f"{int(keep) / 100:g}@{depth}%" for keep, depth in found]
+        + ([f"min{floor[1]}"] if floor else [])
+        + (["sparse"] if "decode sparse" in described else [])
+    )
+
+
+def named_now(mode: str, presets: dict[str, str]) -> str:
+    """A GPU run's mode in today's names: a `default` or a model's preset (`MODEL:NAME`) that
+    kept fixed ratios is the built-in preset with that rule, else the rule spelled as `--lazy`
+    and the scripts' --modes take it (a variant, "no idle", stays after it); others as named."""
+    name, _, variant = mode.partition(" ")
+    rule = fixed_rule(presets.get(mode, ""))
+    if not rule or (name != "default" and ":" not in name):
+        return mode
+    return " ".join(filter(None, [BUILT_IN_THEN.get(rule, rule), variant]))
+
+
 def _against_stock(paths: list[Path], stock: str):
-    """Each row of benchmarks/gpu/*.py results with the stock row of its shape and length."""
+    """Each row of benchmarks/gpu/*.py results, its mode in today's name, with the stock row of
+    its shape and length."""
     for path in paths:
-        rows = json.loads(path.read_text())["rows"]
+        run = json.loads(path.read_text())
+        rows, presets = run["rows"], run.get("presets", {})
         base = {(r["shape"], r["prompt_tokens"]): r for r in rows if r["mode"] == stock}
         for row in rows:
-            yield row, base[row["shape"], row["prompt_tokens"]]
+            yield (
+                {**row, "mode": named_now(row["mode"], presets)},
+                base[row["shape"], row["prompt_tokens"]],
+            )
 
 
 def gpu_table(paths: list[Path]) -> str:

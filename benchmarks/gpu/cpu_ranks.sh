@@ -5,7 +5,15 @@
 # on Macs of their own; greedy tokens and kept rows checked against the one process. Stage it here
 # with benchmarks/gpu/prepare_cpu_ranks.sh, then there, from the project root, with .cpurun
 # carried:  bash benchmarks/gpu/cpu_ranks.sh 2k,4k,8k   (one JSON per length in $OUT)
+# The chain keeps every token (keep-all: the engine's whole computation, split over the ranks).
 set -uo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"
+  exit 0
+elif [[ -z ${1-} ]]; then
+  echo "usage: bash benchmarks/gpu/cpu_ranks.sh LENGTHS (as 2k,4k,8k); --help says more" >&2
+  exit 2
+fi
 py=${PYTHON:-python3} cores=${CORES:-4}
 $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .cpurun/*.whl || exit 1
@@ -19,7 +27,7 @@ $py -c "import lazymlx, lazymlx.platform as p, mlx.core as mx; print(mx.__versio
 $py benchmarks/context_parallel.py shape --out /tmp/qwen_shape || exit 1
 machine="GPU machine's CPU ($cpu, $(nproc) cores), $cores cores per rank, MLX CPU (fp32, OpenBLAS), loopback ring"
 for length in ${1//,/ }; do
-  $py benchmarks/context_parallel.py chain -m /tmp/qwen_shape -l "$length" --lazy off \
+  $py benchmarks/context_parallel.py chain -m /tmp/qwen_shape -l "$length" --lazy keep-all \
     --ranks 2,4 --runs 2 --cores-per-rank "$cores" --machine "$machine" \
     --output "$out/cp_cpu_ranks_${length}_off.json"
 done

@@ -3,7 +3,12 @@
 # checkout and the two packages of its own that machine lacks, plus this machine's OpenBLAS and
 # the Fortran runtime it needs (that machine has no OpenBLAS, and MLX's CPU backend without it is
 # ~50x slower), all in the git-ignored .cpurun/ (~25 MB). Run it in the project root.
+#   bash benchmarks/gpu/prepare_cpu_ranks.sh
 set -euo pipefail
+if [[ ${1-} == -h || ${1-} == --help ]]; then
+  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p;}' "$0"
+  exit 0
+fi
 root=$(git rev-parse --show-toplevel); cd "$root"
 py=${PYTHON:-.venv/bin/python}
 version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }

@@ -17,6 +17,7 @@ the journal and saves the presets.
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset
+from lazymlx.engine.presets import resolve_preset, save_preset, ship_preset, shipped_file
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.cases import Case, suite_counts
@@ -277,7 +278,8 @@ def save_choice(
     """Save the chosen presets as the user's NAME, NAME-gentle and NAME-fast, or (ship, which
     needs no name) write them into lazymlx's own data as a registry model's default, gentle and
     fast, each with how it was chosen. Where no candidate met the default's bar the default runs whole, and gentle
-    is half of fast's pruning."""
+    is half of fast's pruning. A shipped fast this run never ran stays (it cannot have beaten it),
+    as does the gentle made from it where no candidate met the default's bar."""
     if ship and model not in REGISTRY:
         raise LazymlxError(f"--ship writes a registry model's presets; {model} is not one")
     default, gentle = resolve_preset("default", model), resolve_preset("gentle", model)
@@ -286,6 +288,10 @@ def save_choice(
     for saved_name in names:
         check_preset_name(saved_name)
     chosen = {"default": choice.chosen or ("keep-all" if ship else None), "fast": choice.fast}
+    path = shipped_file(model)
+    was = json.loads(path.read_text()).get("fast") if ship and path.is_file() else None
+    if was and was["calibration"]["candidate"] not in {r.mode for r in choice.records}:
+        chosen["fast"] = None  # the shipped fast stays: this run never ran it
     made = {key: candidate_config(default, c, gentle) for key, c in chosen.items() if c is not None}
     base = made["default"] if choice.chosen else made.get("fast")
     if base is not None:
