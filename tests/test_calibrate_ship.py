@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lazymlx.engine import presets
-from lazymlx.evals.calibrate import Bar, Calibration
+from lazymlx.evals.choice import Bar, Calibration
 from lazymlx.evals.calibration import save_choice
 from lazymlx.evals.records import Record
 
