@@ -9,8 +9,8 @@ import json
 import pytest
 
 from lazymlx.engine import presets
-from lazymlx.evals.choice import Bar, Calibration
 from lazymlx.evals.calibration import save_choice
+from lazymlx.evals.choice import Bar, Calibration
 from lazymlx.evals.records import Record
 
 MODEL = "qwen2.5-coder-0.5b"  # --ship writes registry models only

@@ -3,9 +3,8 @@
 One table per model: per length, stock's accuracy, the 8-bit reference's and each shipped
 preset's answers kept on the validation split, whether the bar `lazymlx calibrate` chose the
 default by holds, and the bench's TTFT, decode and peak memory beside stock's. The card file
-(benchmarks/results/models/MODEL/card.json) names the journals and bench runs it reads and how a
-mode measured under an earlier name counts now. The rules the card applies (renamed modes, the
-8-bit reference's relative bar, stock's rows where a preset runs prompts whole) decide what the
+(benchmarks/results/models/MODEL/card.json) names the journals and bench runs it reads. The rules
+the card applies (the 8-bit reference's relative bar, stock's rows where a preset runs prompts whole) decide what the
 published tables say, so they live here, tested, and `benchmarks/tables.py card` only prints.
 """
 
@@ -21,16 +20,13 @@ from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.summary import ALL, summarize
 
 
-def first_records(paths: list[Path], renames: list[dict] | None = None) -> list[Record]:
+def first_records(paths: list[Path]) -> list[Record]:
     """Each case's row for a mode once, the first: a run over cached baselines writes the
-    baseline's row again, and the first is the one timed beside the presets it ran with.
-    renames: per path, a mode's name then to its name now (None leaves the mode out)."""
+    baseline's row again, and the first is the one timed beside the presets it ran with."""
     rows: dict[tuple, Record] = {}
-    for path, modes in zip(paths, renames or [{}] * len(paths), strict=True):
+    for path in paths:
         for r in read_records(path)[1]:
-            mode = modes.get(r.mode, r.mode)
-            if mode is not None:
-                rows.setdefault((mode, r.split, r.family, r.length, r.seed), replace(r, mode=mode))
+            rows.setdefault((r.mode, r.split, r.family, r.length, r.seed), r)
     return list(rows.values())
 
 
@@ -48,18 +44,17 @@ CARD_MODES = [BASELINE, REFERENCE, REFERENCE_4BIT] + [
 ]
 
 
-def bench_rows(paths: list[Path], renames: list[dict]) -> dict[tuple[int, str], dict[str, dict]]:
+def bench_rows(paths: list[Path]) -> dict[tuple[int, str], dict[str, dict]]:
     """Bench rows by length (prompt tokens to the nearest whole 1k) and mode, then by the
-    prompt timed (passkey, code...), each with its own run's stock row; renames as in `first_records`
-    (the first file wins)."""
+    prompt timed (passkey, code...), each with its own run's stock row (the first file wins)."""
     rows: dict[tuple[int, str], dict[str, dict]] = {}
-    for path, modes in zip(paths, renames, strict=True):
+    for path in paths:
         run = json.loads(path.read_text())
         prompt = run.get("prompt", "passkey")
         stock = {r["prompt_tokens"]: r for r in run["rows"] if r["mode"] == BASELINE}
         for r in run["rows"]:
-            mode = modes.get(r["mode"], r["mode"])
-            if mode is not None and r["prompt_tokens"] in stock:
+            mode = r["mode"]
+            if r["prompt_tokens"] in stock:
                 length = 1024 * round(r["prompt_tokens"] / 1024)
                 by_prompt = rows.setdefault((length, mode), {})
                 by_prompt.setdefault(prompt, {**r, "stock": stock[r["prompt_tokens"]]})
@@ -71,8 +66,7 @@ def card_table(paths: list[Path]) -> str:
     shipped preset's answers kept on the validation split (with or without idle completion),
     whether the bar holds, and the bench's TTFT (with the work its prompt computed), decode and
     peak memory beside stock's. A card file names the model, its eval journals and its bench
-    results, each with its modes' names then where a preset was renamed since ("modes":
-    {then: now}; null leaves a mode out), and the presets that run short prompts whole
+    results, and the presets that run short prompts whole
     ("runs_whole": {mode: the longest prompt, in tokens, that its floor or gate keeps whole}):
     there a preset computes what stock does, so its rows are stock's own (`whole`), and its bar
     cell says so ("runs whole: stock's answers") rather than "met", which it is by construction."""
@@ -99,13 +93,12 @@ def whole(runs: list[Record], mode: str, tokens: int) -> list[Record]:
 def _card(path: Path) -> str:
     card = json.loads(path.read_text())
     paths = {kind: [path.parent / s["path"] for s in card[kind]] for kind in ("eval", "bench")}
-    renames = {kind: [s.get("modes", {}) for s in card[kind]] for kind in ("eval", "bench")}
-    runs = first_records(paths["eval"], renames["eval"])
+    runs = first_records(paths["eval"])
     whole_up_to = card.get("runs_whole", {})
     for mode, tokens in whole_up_to.items():
         runs = whole(runs, mode, tokens)
     summary = _pooled_everywhere(summarize(runs))
-    bench = bench_rows(paths["bench"], renames["bench"])
+    bench = bench_rows(paths["bench"])
     evals = {(r["length"], r["mode"]): r for r in summary if r["family"] == ALL}
     lengths = sorted({n for n, _ in evals if n != ALL} | {n for n, _ in bench}) + [ALL]
     lines = [
