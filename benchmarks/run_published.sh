@@ -244,11 +244,11 @@ context() {
   $python benchmarks/context_parallel.py chain -m smollm2-135m -l 2k --lazy gentle --ranks 2 \
     --output $c/cp_chain_smollm2_2k_default.json
   $python benchmarks/context_parallel.py chain -m smollm2-135m -l 2k --lazy keep-all --ranks 2 \
-    --runs 1 --output $c/cp_chain_smollm2_2k_off.json
+    --runs 1 --output $c/cp_chain_smollm2_2k_keep-all.json
   $python benchmarks/context_parallel.py chain -m qwen2.5-coder-0.5b -l 2k --lazy "$old" --ranks 2 \
     --runs 1 --output $c/cp_chain_qwen_2k_default.json
   $python benchmarks/context_parallel.py chain -m qwen2.5-coder-0.5b -l 2k --lazy keep-all --ranks 2 \
-    --runs 1 --output $c/cp_chain_qwen_2k_off.json
+    --runs 1 --output $c/cp_chain_qwen_2k_keep-all.json
   $python benchmarks/context_parallel.py masks -m qwen2.5-coder-0.5b -l 8k --lazy "$old" \
     --output $c/cp_masks_qwen_8k.json
   $python benchmarks/context_parallel.py masks -m qwen2.5-coder-0.5b -l 8k --lazy fast \
@@ -274,8 +274,8 @@ context_cores_stage() {
 }
 
 # ---- context_cores: the chain's wall clock on 16 cores of their own (the GPU machine's CPU) -
-# There, with .cpurun carried (context_cores_stage); rename its $OUT/cp_cpu_ranks_2k_off.json
-# to cp_cpu_ranks_2k_off_gpu_host.json.
+# There, with .cpurun carried (context_cores_stage); rename its $OUT/cp_cpu_ranks_2k_keep-all.json
+# to cp_cpu_ranks_2k_keep-all_gpu_host.json.
 
 context_cores() {
   bash benchmarks/gpu/cpu_ranks.sh 2k,4k,8k

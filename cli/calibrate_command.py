@@ -109,7 +109,8 @@ Ship = Annotated[
     typer.Option(
         "--ship",
         help="A registry model's maintainers: write the choice into lazymlx's own data as "
-        "the model's default and fast (lazymlx/engine/calibrated/MODEL.json).",
+        "the model's default and fast (lazymlx/engine/calibrated/MODEL.json); a shipped fast "
+        "the run never tried stays.",
     ),
 ]
 

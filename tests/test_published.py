@@ -23,7 +23,7 @@ GPU_OUT = {"out": ["benchmarks/results/gpu"]}
 # files a figure rests on that no step writes under their own name
 NOT_WRITTEN = {
     "cp_fit_qwen.json": "the block's fit the context step replays (an input)",
-    "cp_cpu_ranks_2k_off_gpu_host.json": "cpu_ranks.sh's cp_cpu_ranks_2k_off.json, renamed",
+    "cp_cpu_ranks_2k_keep-all_gpu_host.json": "cpu_ranks.sh's cp_cpu_ranks_2k_keep-all.json, renamed",
 }
 CITING = [
     REPO / "README.md",

@@ -29,5 +29,5 @@ machine="GPU machine's CPU ($cpu, $(nproc) cores), $cores cores per rank, MLX CP
 for length in ${1//,/ }; do
   $py benchmarks/context_parallel.py chain -m /tmp/qwen_shape -l "$length" --lazy keep-all \
     --ranks 2,4 --runs 2 --cores-per-rank "$cores" --machine "$machine" \
-    --output "$out/cp_cpu_ranks_${length}_off.json"
+    --output "$out/cp_cpu_ranks_${length}_keep-all.json"
 done
