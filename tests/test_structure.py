@@ -1,5 +1,6 @@
-"""The package's shape: its imports run one way (no cycle), the evals' tallies and decisions
-import no app code, and no function is over 60 lines.
+"""The package's shape: its imports run one way (no cycle), the engine imports nothing above
+it, no module reads another's private names, the evals' tallies and decisions import no app
+code, no function is over 60 lines and no module over 600.
 
 Both read the source as text (ast), so they run in a second and need no model. The installed
 package is lazymlx/ with models/ and cli/ installed inside it (pyproject.toml's package-dir), so
@@ -224,3 +225,15 @@ def _private_reads() -> Iterator[str]:
 
 def test_no_module_reads_another_modules_private_names():
     assert sorted(set(_private_reads())) == []
+
+
+MAX_FILE_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+    long = {
+        path.relative_to(REPO).as_posix(): lines
+        for path in _modules().values()
+        if (lines := len(path.read_text().splitlines())) > MAX_FILE_LINES
+    }
+    assert long == {}
