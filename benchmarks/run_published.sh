@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 self=benchmarks/run_published.sh
 R=benchmarks/results/models
-B=lazymlx/evals/baselines
+B=benchmarks/baselines
 lazymlx=.venv/bin/lazymlx
 python=.venv/bin/python
 gpu_python=${PYTHON:-python3} # on the GPU machine: PYTHONPATH=/tmp/site python3
@@ -390,6 +390,19 @@ harness() {
     > benchmarks/results/harness/smollm2_niah_single_1_4k.md
   $lazymlx evaluate -m smollm2-135m --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
     --lazy off,default -o json > benchmarks/results/harness/smollm2_ruler_2k.json
+  # Qwen2.5-Coder: stock and its default at 2k, the 4-bit reference beside (its stock and its
+  # default: a folder of its own, the built-in rule), 4k, and every preset on variable tracking
+  local q=qwen2.5-coder-0.5b h=benchmarks/results/harness q4=/tmp/qwen2.5-coder-0.5b-4bit
+  $lazymlx evaluate -m $q --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
+    --lazy off,default --use-cache /tmp/h_qwen2k -o json > $h/qwen_ruler_2k.json
+  $lazymlx evaluate -m $q --tasks ruler_vt --lengths 2k --limit 5 --lazy off,default,gentle,fast \
+    --use-cache /tmp/h_qwen2k -o json > $h/qwen_ruler_vt_presets_2k.json
+  [ -d $q4 ] || $python -m mlx_lm convert --hf-path ~/.cache/lazymlx/models/$q-fp32 --mlx-path $q4 -q \
+    --q-bits 4 --q-group-size 64
+  $lazymlx evaluate -m $q4 --tasks niah_single_1 --lengths 2k --limit 5 --lazy off,default \
+    -o json > $h/qwen_4bit_niah_single_1_2k.json
+  $lazymlx evaluate -m $q --tasks niah_single_1 --lengths 4k --limit 3 --lazy off,default \
+    -o json > $h/qwen_niah_single_1_4k.json
 }
 
 # ---- tables: benchmarks/README.md's tables again, from the files above -------------------------

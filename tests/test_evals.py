@@ -13,7 +13,6 @@ from conftest import random_model
 from lazymlx import LazyConfig
 from lazymlx.engine.config import PRESETS
 from lazymlx.errors import LazymlxError
-from lazymlx.evals import baselines as baselines_module
 from lazymlx.evals import sources
 from lazymlx.evals.baselines import BaselineCache, fingerprint
 from lazymlx.evals.cases import (
@@ -177,22 +176,6 @@ def test_the_baseline_cache_misses_on_any_change_and_survives_a_restart(tiny, tm
     path.write_text("{broken")
     with pytest.raises(LazymlxError, match="cannot read the baseline cache"):
         BaselineCache(model, path)
-
-
-def test_the_packaged_cache_is_read_but_never_written(tiny, tmp_path: Path, monkeypatch):
-    model, tokenizer = tiny
-    case = make_case("passkey", tokenizer, LENGTH, 1, "calibration")
-    (tmp_path / "packaged").mkdir()
-    packaged = tmp_path / "packaged" / "tiny.json"
-    writer = BaselineCache(model, packaged)
-    writer.put(case, _outcome("x", [3]))
-    monkeypatch.setattr(baselines_module, "PACKAGED", packaged.parent)
-    mine = tmp_path / "mine.json"
-    cache = BaselineCache(model, mine)
-    assert cache.get(case) == _outcome("x", [3])
-    cache.put(make_case("passkey", tokenizer, LENGTH, 2, "calibration"), _outcome("y", [4]))
-    assert len(json.loads(mine.read_text())["entries"]) == 1
-    assert len(json.loads(packaged.read_text())["entries"]) == 1
 
 
 def test_right_cases_are_those_the_baseline_answers_and_uncached_ones_run_first(

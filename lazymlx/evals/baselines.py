@@ -3,10 +3,10 @@
 An entry is keyed by the model (a fingerprint of its weights, so a requantized or retrained model
 with the same name misses), the backend it ran on, and everything that shapes the answer: the
 case's kind, its exact text, and the generation settings (greedy, the token count). Any change
-misses, and a missed baseline is run and stored. Each registry model's cache ships with lazymlx
-(lazymlx/evals/baselines/NAME.json), so `lazymlx eval` on them never re-runs stock mlx-lm on the
-suite's cases; other baselines go to the user's cache beside the converted models. Writes are
-atomic: an interrupted run keeps every baseline it finished.
+misses, and a missed baseline is run and stored, in the user's cache beside the converted
+models or a file of the caller's (`--baselines`: the shelf's are benchmarks/baselines/NAME.json,
+so its runs never re-run stock mlx-lm on the suite's cases). Writes are atomic: an interrupted
+run keeps every baseline it finished.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from lazymlx.evals.cases import Case
 from lazymlx.evals.outcome import Outcome
 from lazymlx.platform import backend
 
-PACKAGED = Path(__file__).with_name("baselines")  # one file per registry model
 SETTINGS = {"sampling": "greedy", "engine": "stock mlx-lm"}
 
 
@@ -48,13 +47,6 @@ def fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _read_packaged() -> dict[str, Any]:
-    entries: dict[str, Any] = {}
-    for path in sorted(PACKAGED.glob("*.json")):
-        entries |= _read(path)
-    return entries
-
-
 def _read(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
@@ -67,14 +59,14 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 class BaselineCache:
-    """Baseline outcomes of one model: looked up in `path` then the packaged cache, written to
-    `path` (the user's cache unless given)."""
+    """Baseline outcomes of one model, looked up in and written to `path` (the user's cache
+    unless given)."""
 
     def __init__(self, model: nn.Module, path: Path | None = None) -> None:
         self.model_key = fingerprint(model)
         self.path = path or user_cache()
         self.own = _read(self.path)  # what the cache file holds (rewritten whole on each put)
-        self.entries = _read_packaged() | self.own
+        self.entries = dict(self.own)
         self.ran_here: set[str] = set()  # keys this run put: their TTFT is this run's
         self.hits = self.misses = 0
 
