@@ -85,6 +85,23 @@ def workload_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def harness_table(paths: list[Path]) -> str:
+    """`lazymlx evaluate -o json` runs: per model, task and length each preset's score with its
+    standard error and n, its change on stock's score and its share of stock's work."""
+    columns = ("model", "task", "tokens", "preset", "score ± stderr", "n", "vs stock", "work done")
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for run in map(json.loads, (path.read_text() for path in paths)):
+        model = Path(run["model"]).name
+        for r in run["rows"]:
+            error = "" if r["stderr"] is None else f" ± {r['stderr']:.2f}"
+            change = "—" if r["vs_stock"] is None else f"{r['vs_stock']:+.2f}"
+            lines.append(
+                f"| {model} | {r['task']} | {r['metric']} | {r['mode']} | {r['value']:.2f}{error} "
+                f"| {r['n']} | {change} | {r['work_share']:.0%} |"
+            )
+    return "\n".join(lines)
+
+
 def eval_table(paths: list[Path]) -> str:
     """Per mode and length: answers kept with the 95% interval, compute, and against stock in
     the same run: TTFT, decode rate and peak memory."""
@@ -378,6 +395,7 @@ TABLES = {
     "open": open_table,
     "multiturn": multiturn_table,
     "accuracy": accuracy_table,
+    "harness": harness_table,
     "kept": kept_table,
     "gpu": gpu_table,
     "gpukept": gpu_kept_table,
