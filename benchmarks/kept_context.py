@@ -111,7 +111,7 @@ def run_mode(model, tokenizer, case, mode: str, config, repeats: int = 1) -> dic
 
 def modes(presets: list[str], model_name: str, policies: list[str]) -> list[tuple[str, object]]:
     runs: list[tuple[str, object]] = [("stock", None)]
-    labels = {"off": "no idle", "fill": "fill"}
+    labels = {"never": "no idle", "fill": "fill"}
     for name in presets:
         config = resolve_preset(name, model_name)
         runs += [(f"{name} {labels[p]}", replace(config, complete=p)) for p in policies]
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="2k")
     parser.add_argument("--lazy", default="default,fast", help="presets, comma-separated")
     parser.add_argument("--cases", type=int, default=2, help="kept cases per length")
-    parser.add_argument("--policies", default="off,fill", help="completion policies")
+    parser.add_argument("--policies", default="never,fill", help="completion policies")
     parser.add_argument(
         "--question-repeats", type=int, default=1, help="times the question, trimmed back between"
     )

@@ -69,7 +69,7 @@ def modes(presets: list[str]) -> list[tuple[str, object]]:
     runs: list[tuple[str, object]] = [("stock", None)]
     for name in presets:
         config = preset(name)
-        for policy, label in (("off", "no idle"), ("fill", "fill")):
+        for policy, label in (("never", "no idle"), ("fill", "fill")):
             runs.append((f"{name} {label}", replace(config, complete=policy)))
     return runs
 
