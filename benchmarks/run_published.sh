@@ -399,8 +399,9 @@ harness() {
     --use-cache /tmp/h_qwen2k -o json > $h/qwen_ruler_vt_presets_2k.json
   [ -d $q4 ] || $python -m mlx_lm convert --hf-path ~/.cache/lazymlx/models/$q-fp32 --mlx-path $q4 -q \
     --q-bits 4 --q-group-size 64
-  $lazymlx evaluate -m $q4 --tasks niah_single_1 --lengths 2k --limit 5 --lazy off,default --use-cache /tmp/h_qwen4b2k \
-    -o json > $h/qwen_4bit_niah_single_1_2k.json
+  $lazymlx evaluate -m $q4 --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
+    --lazy off,default --use-cache /tmp/h_qwen4b2k \
+    -o json > $h/qwen_4bit_ruler_2k.json
   $lazymlx evaluate -m $q --tasks niah_single_1 --lengths 4k --limit 3 --lazy off,default --use-cache /tmp/h_qwen4k \
     -o json > $h/qwen_niah_single_1_4k.json
 }
@@ -414,7 +415,7 @@ tables() {
   $python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b_h100_2026-11-27.json
   local h=benchmarks/results/harness
   $python benchmarks/tables.py harness $h/smollm2_ruler_2k.json $h/qwen_ruler_2k.json \
-    $h/qwen_ruler_vt_presets_2k.json $h/qwen_4bit_niah_single_1_2k.json $h/qwen_niah_single_1_4k.json
+    $h/qwen_ruler_vt_presets_2k.json $h/qwen_4bit_ruler_2k.json $h/qwen_niah_single_1_4k.json
 }
 
 CPU_STEPS="cards calibration real_prompts harness frontier cost kept ranks context blas gguf tables"

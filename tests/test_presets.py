@@ -218,3 +218,13 @@ def test_a_models_card_runs_whole_what_its_shipped_presets_do():
         for mode, tokens in card.get("runs_whole", {}).items():
             preset = mode.removeprefix("lazy:").removesuffix(NO_IDLE)
             assert tokens == resolve_preset(preset, model).min_prompt - 1, (model, mode)
+
+
+def test_a_preset_saved_before_the_constants_loads_where_it_holds_their_values():
+    """Presets calibrate saved before 2026-12-02 write keep_first, window, pool...: at the
+    constants' values (every one calibrate saved) they load; another value is refused."""
+    old = {"schedule": [[0.24, 0.5]], "keep_first": 4, "window": 8, "past_template": True}
+    old |= {"pool": 12, "revive": 16, "revive_steps": 8, "prompt_revive": True}
+    assert config_from_dict(old) == LazyConfig(schedule=((0.24, 0.5),))
+    with pytest.raises(LazymlxError, match="sets window, which lazymlx does not have"):
+        config_from_dict({**old, "window": 4})
