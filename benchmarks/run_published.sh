@@ -402,8 +402,16 @@ harness() {
   $lazymlx evaluate -m $q4 --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
     --lazy off,default --use-cache /tmp/h_qwen4b2k \
     -o json > $h/qwen_4bit_ruler_2k.json
-  $lazymlx evaluate -m $q --tasks niah_single_1 --lengths 4k --limit 3 --lazy off,default --use-cache /tmp/h_qwen4k \
-    -o json > $h/qwen_niah_single_1_4k.json
+  $lazymlx evaluate -m $q --tasks niah_single_1,niah_multikey_2 --lengths 4k --limit 5 --lazy off,default \
+    --use-cache /tmp/h_qwen4k -o json > $h/qwen_ruler_4k.json
+  $lazymlx evaluate -m $q --tasks ruler_vt --lengths 4k --limit 5 --lazy off,default \
+    --use-cache /tmp/h_qwen4kvt -o json > $h/qwen_ruler_vt_4k.json
+  # SmolLM2's 4-bit reference (a folder of its own: its default there is the built-in rule)
+  local s4=/tmp/smollm2-135m-4bit
+  [ -d $s4 ] || $python -m mlx_lm convert --hf-path ~/.cache/lazymlx/models/smollm2-135m-fp32 \
+    --mlx-path $s4 -q --q-bits 4 --q-group-size 64
+  $lazymlx evaluate -m $s4 --tasks niah_single_1,niah_multikey_2,ruler_vt --lengths 2k --limit 5 \
+    --lazy off,default --use-cache /tmp/h_smol4b2k -o json > $h/smollm2_4bit_ruler_2k.json
 }
 
 # ---- tables: benchmarks/README.md's tables again, from the files above -------------------------
@@ -414,8 +422,9 @@ tables() {
     benchmarks/results/gpu/llama_shapes_4bit_h200_2026-11-27.json
   $python benchmarks/tables.py gpukept benchmarks/results/gpu/kept_shapes_8b_h100_2026-11-27.json
   local h=benchmarks/results/harness
-  $python benchmarks/tables.py harness $h/smollm2_ruler_2k.json $h/qwen_ruler_2k.json \
-    $h/qwen_ruler_vt_presets_2k.json $h/qwen_4bit_ruler_2k.json $h/qwen_niah_single_1_4k.json
+  $python benchmarks/tables.py harness $h/smollm2_ruler_2k.json $h/smollm2_4bit_ruler_2k.json \
+    $h/qwen_ruler_2k.json $h/qwen_ruler_vt_presets_2k.json $h/qwen_4bit_ruler_2k.json \
+    $h/qwen_ruler_4k.json $h/qwen_ruler_vt_4k.json
 }
 
 CPU_STEPS="cards calibration real_prompts harness frontier cost kept ranks context blas gguf tables"
