@@ -110,7 +110,7 @@ def bench(
     Under mlx.launch with --parallel context every preset runs twice, on rank 0 alone (one
     process) and on the chain of all ranks, side by side; rank 0 prints the table.
     """
-    from lazymlx.evals.outcome import strategy
+    from lazymlx.evals.strategies import strategy
     from lazymlx.evals.timing import against_one_process, beside_the_chain, prompt_kinds, run_header
     from lazymlx.evals.timing import bench as run_bench
 

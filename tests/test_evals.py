@@ -32,7 +32,6 @@ from lazymlx.evals.choice import (
 )
 from lazymlx.evals.families import FAMILIES, JUDGES, OPEN, SINGLE_PROMPT
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import Record
 from lazymlx.evals.runner import (
     Outcome,
@@ -50,6 +49,7 @@ from lazymlx.evals.scoring import (
     rouge_l,
     wilson,
 )
+from lazymlx.evals.strategies import Strategy
 from lazymlx.evals.summary import ALL, summarize
 
 KINDS = ("raw", "followup", "kept-file", "kept-llm", "chat")  # how a case reaches the model

@@ -166,7 +166,7 @@ def test_bench_with_no_lazy_times_every_preset_that_prunes_and_says_why(tiny_mod
 
 
 def test_off_is_stock_everywhere_and_keep_all_the_engine_keeping_every_token(tiny_model_dir):
-    from lazymlx.evals.outcome import strategy
+    from lazymlx.evals.strategies import strategy
 
     assert strategy("off", str(tiny_model_dir)).config is None
     assert not strategy("keep-all", str(tiny_model_dir)).config.prunes

@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 60
 # modules of lazymlx/evals/ that only tally records or decide from them: they re-decide an
 # earlier run's journal anywhere, so they must not reach the modules that run a conversation
 TALLIES = ("summary", "choice", "search_plan", "scoring", "records", "card")
-APP_MODULES = ("llm", "session", "contexts", "turn")
+APP_MODULES = ("llm", "session", "contexts", "turn", "generation")
 
 
 def _modules() -> dict[str, Path]:

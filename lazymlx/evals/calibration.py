@@ -41,7 +41,7 @@ from lazymlx.evals.choice import (
     prunes_here,
 )
 from lazymlx.evals.families import CHAT_FAMILIES, FAMILIES, OPEN, OPEN_TOKENS
-from lazymlx.evals.outcome import BASELINE_STRATEGY, run_once
+from lazymlx.evals.outcome import run_once
 from lazymlx.evals.records import BASELINE, Record, read_records
 from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.runner import run_case, run_mode
@@ -57,7 +57,7 @@ from lazymlx.evals.search_plan import (
     standing,
 )
 from lazymlx.evals.search_state import CalibrationSearch
-from lazymlx.evals.strategies import check_preset_name
+from lazymlx.evals.strategies import BASELINE_STRATEGY, check_preset_name
 from lazymlx.evals.suite import Loader, Progress, journal_writer, load_suite, quietly
 from lazymlx.evals.timing import run_header
 from lazymlx.lengths import CALIBRATION_LENGTHS, parse_lengths

@@ -32,11 +32,10 @@ from dataclasses import dataclass, replace
 from lazymlx.engine.config import FLOOR_TOKENS, PRESETS, LazyConfig
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.outcome import Strategy
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT, REFERENCE_BITS
 from lazymlx.evals.scoring import bootstrap_interval
-from lazymlx.evals.strategies import pruning_base, resolve
+from lazymlx.evals.strategies import Strategy, pruning_base, resolve
 from lazymlx.evals.summary import ALL, summarize
 
 # Candidates built from a model's default (so they keep its scoring and length rules): the

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.choice import preset_or_candidate
-from lazymlx.evals.outcome import strategy
 from lazymlx.evals.records import Record, case_key
 from lazymlx.evals.runner import case_strategies, evaluate, right_cases
+from lazymlx.evals.strategies import strategy
 from lazymlx.evals.suite import (
     Loader,
     Progress,

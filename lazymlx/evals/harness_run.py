@@ -23,7 +23,7 @@ from typing import Any
 
 from lazymlx.engine.presets import STOCK
 from lazymlx.errors import LazymlxError
-from lazymlx.evals.outcome import Strategy, strategy
+from lazymlx.evals.strategies import Strategy, strategy
 from lazymlx.evals.suite import Loader
 from lazymlx.models.loading import load as load_model
 

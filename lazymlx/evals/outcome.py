@@ -1,15 +1,8 @@
-"""One timed generation, the unit every benchmark, eval and calibration run is made of.
-
-Strategies are named as in reports: "baseline" is stock mlx-lm, "lazy:<preset>" the LazyLLM
-engine with a preset (lazy:keep-all keeps every token; lazy:off is stock mlx-lm again, as `off`
-is everywhere), and "static" / "random" the paper's two comparison strategies run by the same
-engine at the schedule of the model's pruning preset (its default, or `gentle` where the
-default runs whole).
-"""
+"""One timed generation, the unit every benchmark, eval and calibration run is made of, under a
+strategy (lazymlx/evals/strategies.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,33 +10,7 @@ import mlx.nn as nn
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from lazymlx.engine.config import LazyConfig
-from lazymlx.evals import strategies
-from lazymlx.evals.records import BASELINE
 from lazymlx.generation import stream_generate
-
-COMPARISONS = ("static", "random")
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """A named way to run a prompt: `config` None is stock mlx-lm."""
-
-    mode: str
-    config: LazyConfig | None
-
-
-def strategy(
-    preset: str, model: str, resolve: Callable[[str, str], LazyConfig | None] = strategies.resolve
-) -> Strategy:
-    """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
-    as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
-    keeping every token (what the wrapper and the compact caches cost). `resolve` turns any
-    other name into a config (an eval also takes calibrate's rules)."""
-    mode = preset if preset in COMPARISONS else f"lazy:{preset}"
-    return Strategy(mode, resolve(preset, model))
-
-
-BASELINE_STRATEGY = Strategy(BASELINE, None)
 
 
 @dataclass

@@ -33,10 +33,11 @@ from lazymlx.errors import LazymlxError
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.cases import FIRST_ANSWER, FIRST_REPLY, Case
 from lazymlx.evals.judge import Judge
-from lazymlx.evals.outcome import Outcome, Strategy
+from lazymlx.evals.outcome import Outcome
 from lazymlx.evals.records import BASELINE, NO_IDLE, Record, RecordKey, case_key
 from lazymlx.evals.reference import REFERENCE_BITS
 from lazymlx.evals.scoring import loops
+from lazymlx.evals.strategies import Strategy
 from lazymlx.generation import Response, encode_prompt, stream_generate
 from lazymlx.turn import run_turn
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from lazymlx.engine.presets import resolve_preset
 from lazymlx.evals.baselines import BaselineCache
 from lazymlx.evals.choice import CaseId, candidate_strategies, case_id
-from lazymlx.evals.outcome import BASELINE_STRATEGY, Strategy
 from lazymlx.evals.records import BASELINE, Record
 from lazymlx.evals.reference import REFERENCE, REFERENCE_4BIT
 from lazymlx.evals.runner import run_mode
 from lazymlx.evals.search_plan import Run, by_work, planned_runs
+from lazymlx.evals.strategies import BASELINE_STRATEGY, Strategy
 from lazymlx.evals.suite import Suite
 from lazymlx.models.adapters import adapter_for
 

@@ -15,11 +15,12 @@ preset it is compared to.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.engine.presets import lazy_config, resolve_preset
 from lazymlx.errors import LazymlxError
+from lazymlx.evals.records import BASELINE
 
 STRATEGIES: dict[str, Callable[[LazyConfig], LazyConfig]] = {
     "sparse": lambda base: replace(base, decode="sparse"),
@@ -57,3 +58,31 @@ def check_preset_name(name: str) -> None:
             f"{name!r} names a comparison strategy of bench and eval; save the preset under "
             "another name"
         )
+
+
+# How reports name a run: "baseline" is stock mlx-lm, "lazy:<preset>" the engine with a preset
+# (lazy:off is stock again, as `off` is everywhere), "static" / "random" the paper's two
+# comparison strategies.
+COMPARISONS = ("static", "random")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named way to run a prompt: `config` None is stock mlx-lm."""
+
+    mode: str
+    config: LazyConfig | None
+
+
+def strategy(
+    preset: str, model: str, lookup: Callable[[str, str], LazyConfig | None] = resolve
+) -> Strategy:
+    """The strategy a preset name stands for in a benchmark or an eval: 'off' is stock mlx-lm,
+    as everywhere (a row beside the baseline's, stock run again), 'keep-all' the engine
+    keeping every token (what the wrapper and the compact caches cost). `lookup` turns any
+    other name into a config (an eval also takes calibrate's rules)."""
+    mode = preset if preset in COMPARISONS else f"lazy:{preset}"
+    return Strategy(mode, lookup(preset, model))
+
+
+BASELINE_STRATEGY = Strategy(BASELINE, None)

@@ -25,7 +25,8 @@ from lazymlx.engine.presets import resolve_preset, saved_presets, shipped_preset
 from lazymlx.errors import LazymlxError
 from lazymlx.evals.cases import make_case, prompt_tokens
 from lazymlx.evals.families import SINGLE_PROMPT
-from lazymlx.evals.outcome import BASELINE_STRATEGY, Run, Strategy, run_once
+from lazymlx.evals.outcome import Run, run_once
+from lazymlx.evals.strategies import BASELINE_STRATEGY, Strategy
 from lazymlx.generation import encode_prompt
 from lazymlx.platform import backend, blas_name, device_name
 from lazymlx.prompts import holds_answer
