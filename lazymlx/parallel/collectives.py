@@ -1,12 +1,13 @@
-"""The collectives of a tensor-parallel group, below the engine and the apps alike.
+"""The collectives of a tensor-parallel group, for the apps above the engine.
 
-Every rank of a group (lazymlx/parallel/distributed.py joins one under mlx.launch) holds its share of
-each block's heads; what must come out the same on every rank goes through here: the pruning
-scores' head average (lazymlx/engine/blocks.py), what rank 0 alone knows (a file, an HTTP
-request) handed to the others, a context file gathered from every rank's heads and read back
-into them. Every rank must call each helper, in the same order; each evaluates its collective
-at once rather than leaving it in a lazy graph only some ranks would read. In one process
-(no group) every helper does what one process does.
+Every rank of a group (lazymlx/parallel/distributed.py joins one under mlx.launch) holds its
+share of each block's heads. What must come out the same on every rank goes through here: what
+rank 0 alone knows (a file, an HTTP request) handed to the others, a context file gathered from
+every rank's heads and read back into them. The group itself is the engine's
+(lazymlx/engine/hooks.py), whose pruning scores reduce over it. Every rank must call each
+helper, in the same order; each evaluates its collective at once rather than leaving it in a
+lazy graph only some ranks would read. In one process (no group) every helper does what one
+process does.
 """
 
 from __future__ import annotations
@@ -35,16 +36,19 @@ def group() -> mx.distributed.Group | None:
 
 
 def rank() -> int:
-    return 0 if group() is None else group().rank()
+    joined = group()
+    return 0 if joined is None else joined.rank()
 
 
 def size() -> int:
-    return 1 if group() is None else group().size()
+    joined = group()
+    return 1 if joined is None else joined.size()
 
 
 def set_group(joined: mx.distributed.Group | None) -> None:
-    """The group this process's model is now sharded over (lazymlx/parallel/distributed.py); None when
-    its ranks run context-parallel instead (lazymlx/parallel/context_parallel.py), each model whole."""
+    """The group this process's model is now sharded over (lazymlx/parallel/distributed.py);
+    None when its ranks run context-parallel instead (lazymlx/parallel/context_parallel.py),
+    each model whole."""
     hooks.set_heads_group(joined)
 
 
@@ -58,21 +62,23 @@ def _stream() -> mx.Stream:
 
 def share(message: Any = None) -> Any:
     """Rank 0's JSON-able `message`, on every rank (the others pass nothing)."""
-    if group() is None:
+    joined = group()
+    if joined is None:
         return message
-    leader = group().rank() == 0
+    leader = joined.rank() == 0
     data = json.dumps(message).encode() if leader else b""
-    count = mx.distributed.all_sum(mx.array(len(data)), group=group(), stream=_stream()).item()
+    count = mx.distributed.all_sum(mx.array(len(data)), group=joined, stream=_stream()).item()
     buffer = mx.array(np.frombuffer(data, np.uint8)) if leader else mx.zeros((count,), mx.uint8)
-    received = mx.distributed.all_sum(buffer, group=group(), stream=_stream())
+    received = mx.distributed.all_sum(buffer, group=joined, stream=_stream())
     return json.loads(np.array(received).tobytes())
 
 
 def anyone(flag: bool) -> bool:
     """Whether `flag` is set on any rank: how ranks stop together (rank 0's client went away)."""
-    if group() is None:
+    joined = group()
+    if joined is None:
         return flag
-    total = mx.distributed.all_sum(mx.array(int(flag)), group=group(), stream=_stream())
+    total = mx.distributed.all_sum(mx.array(int(flag)), group=joined, stream=_stream())
     return total.item() > 0
 
 
@@ -84,7 +90,7 @@ def on_leader(function: Callable[..., T], *args: Any, shared: bool = False) -> T
     """
     if group() is None:
         return function(*args)
-    leader = group().rank() == 0
+    leader = rank() == 0
     result, error = None, None
     if leader:
         try:
@@ -111,7 +117,7 @@ def whole_heads(
     for entry in entries:
         state = [_gathered(item) for item in entry.state]
         joined.append(type(entry).from_state(state))
-    return joined, {**(metadata or {}), GROUP_SIZE: str(group().size())}
+    return joined, {**(metadata or {}), GROUP_SIZE: str(size())}
 
 
 def _gathered(item: Any) -> Any:
@@ -176,8 +182,8 @@ def _broadcast(array: mx.array | None, described: dict[str, Any]) -> mx.array:
 def _heads_of_mine(array: mx.array) -> mx.array:
     if array.ndim != 4:
         return array
-    count = array.shape[1] // group().size()
-    return array[:, group().rank() * count : (group().rank() + 1) * count]
+    count = array.shape[1] // size()
+    return array[:, rank() * count : (rank() + 1) * count]
 
 
 def _check_group_size(metadata: dict[str, str], path: Path) -> None:
