@@ -15,15 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lazymlx.engine.atomic import write_atomic
-from lazymlx.engine.config import (
-    KEEP_FIRST,
-    POOL,
-    PRESETS,
-    REVIVE,
-    REVIVE_STEPS,
-    WINDOW,
-    LazyConfig,
-)
+from lazymlx.engine.config import PRESETS, LazyConfig
 from lazymlx.errors import LazymlxError
 from lazymlx.models.registry import models_dir
 
@@ -77,17 +69,18 @@ def saved_presets(model: str) -> dict[str, LazyConfig]:
     return {name: config_from_dict(entry["config"]) for name, entry in saved.items()}
 
 
-# Settings presets saved before 2026-12-02 still write, now constants (lazymlx/engine/config.py):
-# read where they hold the constant's value, as every preset calibrate saved does.
-CONSTANTS = {
-    "keep_first": KEEP_FIRST,
-    "window": WINDOW,
-    "past_template": True,
-    "pool": POOL,
-    "revive": REVIVE,
-    "revive_steps": REVIVE_STEPS,
-    "prompt_revive": True,
-}
+# Settings presets saved before 2026-12-02 still write, now constants (lazymlx/engine/config.py,
+# read through LazyConfig's properties): read where they hold the value every preset has, as
+# every preset calibrate saved does.
+RETIRED = (
+    "keep_first",
+    "window",
+    "past_template",
+    "pool",
+    "revive",
+    "revive_steps",
+    "prompt_revive",
+)
 
 
 def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
@@ -95,7 +88,8 @@ def config_from_dict(entry: dict[str, Any]) -> LazyConfig:
     LazyConfig does not have (or a former one to another value than its constant's) is refused
     rather than run as something else."""
     known = {f.name for f in fields(LazyConfig)}
-    entry = {k: v for k, v in entry.items() if k not in CONSTANTS or CONSTANTS[k] != v}
+    every = LazyConfig()
+    entry = {k: v for k, v in entry.items() if k not in RETIRED or getattr(every, k) != v}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise LazymlxError(
