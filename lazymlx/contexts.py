@@ -11,8 +11,8 @@ keeps asking about), least recently used first out, bounded by bytes.
 Context files are mlx-lm prompt-cache files whose metadata names the model and the preset that
 made them and the tokens they hold, so a context saved today continues tomorrow, and a file from
 another model is refused instead of silently producing nonsense. `save_context` and
-`load_context` are the one writer and reader. In a group of ranks (lazymlx/parallel/collectives.py) rank 0
-reads and writes the files, holding every rank's heads.
+`load_context` are the one writer and reader. In a group of ranks
+(lazymlx/parallel/collectives.py) rank 0 reads and writes the files, holding every rank's heads.
 """
 
 from __future__ import annotations

@@ -55,9 +55,9 @@ class LazyConfig:
         Under a mass rule (mass > 0) a ratio is the most that goes on there (1: no ceiling).
     mass: 0 prunes by the schedule's fixed ratios. A share p in (0, 1] keeps, at each pruning
         layer, the fewest tokens whose scores hold p of the score mass (the forced tokens
-        aside), between the fewest it may keep (least, min_keep) and the layer's ratio: a look-up, whose
-        attention sits on a few tokens, keeps few; a summary, whose attention is spread, keeps
-        most. p = 1 keeps every token up to the ceiling.
+        aside), between the fewest it may keep (least, min_keep) and the layer's ratio: a
+        look-up, whose attention sits on a few tokens, keeps few; a summary, whose attention is
+        spread, keeps most. p = 1 keeps every token up to the ceiling.
     least: under a mass rule, the least share of the tokens that goes on past each prune.
     dense: under a mass rule, a prompt step whose mass needs more than this share of its tokens
         at a pruning layer keeps every token there and runs whole from there on: its attention

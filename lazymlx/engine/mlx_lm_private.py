@@ -7,8 +7,8 @@ mlx-lm upgrade drops or changes one of these:
   (LazyKVCache, LazyAux) on `mlx_lm.models.cache`. mlx-lm's `load_prompt_cache` rebuilds each
   entry of a saved context as `globals()[class name].from_state(state)` in that module and takes
   no class map, so without the patch a saved lazy context cannot load through mlx-lm's own
-  function (nor through a tensor-parallel group's loader, lazymlx/parallel/collectives.py, which looks the
-  classes up there too).
+  function (nor through a tensor-parallel group's loader, lazymlx/parallel/collectives.py,
+  which looks the classes up there too).
 - mlx-lm's lm-eval model, `mlx_lm.evaluate.MLXLM`, has no public way to wrap a model already
   loaded: lazymlx/evals/harness.py's LazyLM subclasses it, sets its MLXLM_ATTRIBUTES and calls
   its MLXLM_METHODS (stock's scores, computed by mlx-lm's own code).

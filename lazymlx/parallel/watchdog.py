@@ -26,10 +26,10 @@ from lazymlx.errors import LazymlxError, RankError
 from lazymlx.parallel import distributed
 
 STALL_TIMEOUT_ENV = "LAZYMLX_STALL_TIMEOUT"
-# The shortest deadline: a caller scales it up to what it expects a wait to take (the
-# chain: a few whole layers of the prompt, lazymlx/parallel/context_parallel.py), so the shortest only has
-# to cover what no model of the work sees on a short prompt: a first kernel compilation, a
-# machine swapping or busy with other work. A minute, as MLX's own connection waits get.
+# The shortest deadline: a caller scales it up to what it expects a wait to take (the chain: a
+# few whole layers of the prompt, lazymlx/parallel/chain.py), so the shortest only has to cover
+# what no model of the work sees on a short prompt: a first kernel compilation, a machine
+# swapping or busy with other work. A minute, as MLX's own connection waits get.
 STALL_TIMEOUT_S = 60.0
 
 
