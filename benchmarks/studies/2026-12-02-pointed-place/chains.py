@@ -36,7 +36,7 @@ from lazymlx.engine import policy, prefill
 from lazymlx.engine.blocks import attention_probs
 from lazymlx.engine.cache import LazyState
 from lazymlx.engine.templates import question_length, template_tail
-from lazymlx.evals.cases import make_case
+from lazymlx.evals.cases import make_case, prompt_tokens
 from lazymlx.generation import encode_prompt
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -161,15 +161,7 @@ def main() -> None:
                     tokens = encode_prompt(tokenizer, text).tolist()
                 else:
                     case = make_case(family, tokenizer, args.length, seed, "calibration")
-                    if case.kind == "chat":
-                        text = tokenizer.apply_chat_template(
-                            [{"role": "user", "content": case.segments[0]}],
-                            add_generation_prompt=True,
-                            tokenize=False,
-                        )
-                        tokens = tokenizer.encode(text, add_special_tokens=False)
-                    else:
-                        tokens = encode_prompt(tokenizer, case.segments[0]).tolist()
+                    tokens = prompt_tokens(tokenizer, case)
                 n = len(tokens)
                 ids = mx.array(tokens)
                 tail = template_tail(tokenizer, ids)

@@ -1,9 +1,10 @@
 """How close stock's right answers are to a tie: stock's first answer token and its runner-up.
 
-A prompt step of the whole model over each case's first prompt (through the chat template
-where the case is a chat, as the eval sends it); the log-probabilities of the four likeliest first tokens. A right answer
-whose first token leads the next by a few hundredths of a nat flips under any change to the
-computation (4-bit weights, a prune at any depth), so its loss says little about a rule.
+A forward pass of the whole model over each case's first prompt as the eval feeds it
+(`cases.prompt_tokens`); the log-probabilities of the four likeliest first tokens. A right
+answer whose first token leads the next by a few thousandths of a nat can flip under any
+small change to the computation (a prune at one depth and not at a neighbouring one), so its
+loss says little about a rule.
 
     .venv/bin/python benchmarks/studies/2026-12-02-pointed-place/margin.py \
         real-pick:validation:1000000 real-pick:calibration:0 real-pick:calibration:1 \
@@ -21,8 +22,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from lazymlx.evals.cases import make_case
-from lazymlx.generation import encode_prompt
+from lazymlx.evals.cases import make_case, prompt_tokens
 
 
 def main() -> None:
@@ -36,15 +36,7 @@ def main() -> None:
     for spec in args.cases:
         family, split, seed = spec.split(":")
         case = make_case(family, tokenizer, args.length, int(seed), split)
-        if case.kind == "chat":  # as the eval's chat session renders it
-            text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": case.segments[0]}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        else:  # a raw prompt (a model without a chat template)
-            ids = encode_prompt(tokenizer, case.segments[0]).tolist()
+        ids = prompt_tokens(tokenizer, case)
         logits = model(mx.array([ids]))[0, -1].astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits)
         top = mx.argsort(-logprobs)[:4].tolist()

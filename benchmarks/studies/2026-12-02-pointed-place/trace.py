@@ -33,9 +33,9 @@ from lazymlx.evals.runner import run_case
 from lazymlx.evals.strategies import strategy
 
 
-def spans_of(text_tokens: list[int], tokenizer, needle: str, end: int) -> list[list[int]]:
-    """Token index spans of `needle`'s occurrences in the first `end` tokens."""
-    pieces = [tokenizer.decode([t]) for t in text_tokens[:end]]
+def spans_of(text_tokens: list[int], tokenizer, needle: str) -> list[list[int]]:
+    """Token index spans of `needle`'s occurrences in the tokens."""
+    pieces = [tokenizer.decode([t]) for t in text_tokens]
     starts, at = [], 0
     for piece in pieces:
         starts.append(at)
@@ -124,10 +124,10 @@ def record_of(case, rule: str, args, outcome, spy: Spy, tokenizer) -> dict:
     """One case's line: the answer, and per cut what went on against the answer's tokens."""
     tokens = spy.tokens or []
     answers = [g for g in (case.gold, *case.aliases) if g]
-    gold = [s for g in answers for s in spans_of(tokens, tokenizer, g, len(tokens))]
+    gold = [s for g in answers for s in spans_of(tokens, tokenizer, g)]
     user = case.segments[-1]
     quoted = user[user.rfind('"', 0, user.rfind('"')) + 1 : user.rfind('"')]
-    quotes = spans_of(tokens, tokenizer, quoted, len(tokens)) if quoted else []
+    quotes = spans_of(tokens, tokenizer, quoted) if quoted else []
     ids = mx.array(tokens)
     tail = template_tail(tokenizer, ids)
     asked = question_length(tokenizer, ids, tail) + tail
@@ -145,6 +145,7 @@ def record_of(case, rule: str, args, outcome, spy: Spy, tokenizer) -> dict:
                 "forced_text": tokenizer.decode([tokens[i] for i in forced])[:400],
                 "pointing": round(cut["pointing"], 3),
                 "gold_kept": [all(i in kept for i in s) for s in gold],
+                # named as the records have it: the question's positions that did NOT go on
                 "question_kept": [
                     p for p in range(len(tokens) - asked, len(tokens)) if p not in kept
                 ],
